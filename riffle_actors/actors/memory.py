@@ -1,0 +1,209 @@
+"""MemoryManagerActor: the write-memory budget, requireBuffer tickets and the spill trigger.
+
+Owns a ``MemoryBudget`` and a ``TicketBook``. requireBuffer reserves bytes and issues a
+one-shot ticket; sendShuffleData takes the ticket and, once its blocks are in a partition
+buffer, converts the reservation into used bytes. Tickets not used in time are released by
+``ExpireTickets`` (told by the timer). When memory not already being spilled rises above the
+high watermark, it asks the AppManager to spill the largest buffers down to the low
+watermark, one round at a time.
+
+See also: ``riffle_actors.state.budget``, ``riffle_actors.state.tickets``, ``riffle_actors.actors.app_manager``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from loguru import logger
+
+from riffle_actors.actors import Actor, ActorDeadError, ActorRef, MailboxFullError
+from riffle_actors.clock import Clock
+from riffle_actors.errors import NoBufferError, RiffleError, TicketNotFoundError
+from riffle_actors.state.budget import BudgetSnapshot, MemoryBudget
+from riffle_actors.state.tickets import Ticket, TicketBook
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequireBuffer:
+    app_id: str
+    shuffle_id: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TakeTicket:
+    ticket_id: int
+    app_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommitTicket:
+    """A send finished: release the ticket's reservation, count ``used`` bytes as held."""
+
+    app_id: str
+    ticket_size: int
+    used: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MarkInFlight:
+    app_id: str
+    size: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReleaseMemory:
+    app_id: str
+    size: int
+    was_in_flight: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PurgeAppMemory:
+    app_id: str
+    shuffle_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireTickets:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class SpillRoundDone:
+    scheduled_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class GetBudget:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class AttachAppManager:
+    """Tells the MemoryManager where to send spill rounds (the two actors refer to each other)."""
+
+    app_manager: ActorRef
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetReport:
+    budget: BudgetSnapshot
+    tickets: int
+    expired_tickets_total: int
+    spill_rounds_total: int
+    above_high_watermark_since: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpillLargest:
+    """Told to the AppManager: spill the largest buffers for about ``target_bytes``."""
+
+    target_bytes: int
+    reply_to: ActorRef
+
+
+MemoryMsg = (RequireBuffer | TakeTicket | CommitTicket | MarkInFlight | ReleaseMemory | PurgeAppMemory
+             | ExpireTickets | SpillRoundDone | GetBudget | AttachAppManager)
+
+
+class MemoryManagerActor(Actor):
+    mailbox_size = 1_000_000  # one tell per in-flight batch; refusing one would lose track of memory
+    expected_errors = (RiffleError,)
+
+    def __init__(self, *, budget: MemoryBudget, tickets: TicketBook, high_watermark: float, low_watermark: float,
+                 clock: Clock, app_manager: ActorRef | None = None):
+        # budget and tickets are created by the server and handed to every incarnation, so a
+        # restart of this actor keeps the accounting of the memory that is really in use
+        self.budget = budget
+        self.tickets = tickets
+        self.clock = clock
+        self.high_bytes = int(budget.capacity * high_watermark)
+        self.low_bytes = int(budget.capacity * low_watermark)
+        self.app_manager = app_manager
+        self._spill_round_active = False
+        self.expired_tickets_total = 0
+        self.spill_rounds_total = 0
+        self._above_high_since: float | None = None
+
+    def receive(self, msg: MemoryMsg):
+        match msg:
+            case RequireBuffer(app_id=app_id, shuffle_id=shuffle_id, size=size):
+                if not self.budget.try_allocate(size):
+                    self._maybe_spill(force=True)
+                    b = self.budget
+                    raise NoBufferError(
+                        f"no buffer for {size} bytes: capacity {b.capacity}, used {b.used}, allocated {b.allocated}")
+                return self.tickets.issue(app_id, shuffle_id, size).ticket_id
+            case TakeTicket(ticket_id=ticket_id, app_id=app_id):
+                ticket = self.tickets.take(ticket_id)
+                if ticket is None:
+                    raise TicketNotFoundError(f"requireBufferId {ticket_id} is unknown, used or expired")
+                if ticket.app_id != app_id:
+                    self._release(ticket)
+                    raise TicketNotFoundError(f"requireBufferId {ticket_id} belongs to another app")
+                return ticket.size
+            case CommitTicket(app_id=app_id, ticket_size=ticket_size, used=used):
+                self.budget.release_allocated(ticket_size)
+                self.budget.add_used(app_id, used)
+                self._maybe_spill()
+            case MarkInFlight(app_id=app_id, size=size):
+                self.budget.mark_in_flight(app_id, size)
+            case ReleaseMemory(app_id=app_id, size=size, was_in_flight=was_in_flight):
+                self.budget.release_used(app_id, size, was_in_flight=was_in_flight)
+                self._track_watermark()
+            case PurgeAppMemory(app_id=app_id, shuffle_id=None):
+                for t in self.tickets.purge_app(app_id):
+                    self._release(t)
+                self.budget.purge_app(app_id)
+                self._track_watermark()
+            case PurgeAppMemory(app_id=app_id, shuffle_id=shuffle_id):
+                for t in self.tickets.purge_app(app_id, shuffle_id):
+                    self._release(t)
+            case ExpireTickets():
+                expired = self.tickets.expire()
+                for t in expired:
+                    self._release(t)
+                if expired:
+                    self.expired_tickets_total += len(expired)
+                    logger.info("released {} expired buffer tickets ({} bytes)", len(expired),
+                                sum(t.size for t in expired))
+                self._maybe_spill()
+            case SpillRoundDone(scheduled_bytes=scheduled):
+                self._spill_round_active = False
+                if scheduled:
+                    self._maybe_spill()
+            case AttachAppManager(app_manager=ref):
+                self.app_manager = ref
+            case GetBudget():
+                return BudgetReport(self.budget.snapshot(), len(self.tickets), self.expired_tickets_total,
+                                    self.spill_rounds_total, self._above_high_since)
+            case _:
+                raise TypeError(f"unexpected message {msg!r}")
+
+    def _release(self, ticket: Ticket) -> None:
+        self.budget.release_allocated(ticket.size)
+
+    def _track_watermark(self) -> None:
+        if self.budget.used > self.high_bytes:
+            if self._above_high_since is None:
+                self._above_high_since = self.clock.monotonic()
+        else:
+            self._above_high_since = None
+
+    def _maybe_spill(self, force: bool = False) -> None:
+        self._track_watermark()
+        if self._spill_round_active or self.app_manager is None:
+            return
+        spillable = self.budget.spillable()
+        pressure = self.budget.used + self.budget.allocated
+        if spillable <= 0:
+            return
+        if spillable > self.high_bytes or (force and pressure > self.high_bytes):
+            target = max(spillable - self.low_bytes, 1)
+            try:
+                self.app_manager.tell_nowait(SpillLargest(target_bytes=target, reply_to=self.ref))
+            except (MailboxFullError, ActorDeadError):
+                return  # the next commit or tick tries again
+            self._spill_round_active = True
+            self.spill_rounds_total += 1

@@ -1,0 +1,229 @@
+"""Typed configuration of ``riffle-server`` and the shared config primitives.
+
+This module owns: parsing a TOML file into frozen pydantic models, the ``ByteSize``
+type ("64M", "1G", plain integers), the ``[log]`` section shared by every daemon, and
+``ConfigError``, which lists the dotted key name and the reason of every problem.
+Unknown keys are rejected (``extra="forbid"``) so a typo never silently falls back to
+a default. Key names follow Riffle's TOML so Riffle configs carry over.
+
+It does not cover: the coordinator's own sections (``riffle_actors.coordinator.config``
+builds on the primitives here) or turning the config into running actors
+(``riffle_actors.server``).
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(?:i?b)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
+
+
+def parse_byte_size(value: Any) -> int:
+    """Parse ``"64M"``, ``"1.5G"``, ``"512KiB"`` or an integer into bytes (binary units)."""
+    if isinstance(value, bool):
+        raise ValueError("expected a size such as 64M or 1G, got a boolean")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError("a size must not be negative")
+        return value
+    if isinstance(value, str):
+        m = _SIZE_RE.match(value)
+        if m:
+            return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
+    raise ValueError(f"invalid size {value!r}: use bytes or a number with K/M/G/T, e.g. 64M")
+
+
+ByteSize = Annotated[int, BeforeValidator(parse_byte_size)]
+
+
+class ConfigError(Exception):
+    """A config file that cannot be used; ``problems`` holds ``(dotted_key, reason)`` pairs."""
+
+    def __init__(self, path: str | os.PathLike[str] | None, problems: list[tuple[str, str]]):
+        self.path = str(path) if path is not None else "<config>"
+        self.problems = problems
+        lines = "\n".join(f"  {key}: {reason}" for key, reason in problems)
+        super().__init__(f"invalid config {self.path}:\n{lines}")
+
+
+class StrictModel(BaseModel):
+    """Base of every config section: immutable, unknown keys rejected."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+
+class LogConfig(StrictModel):
+    """``[log]``: where and how much the daemon logs (loguru)."""
+
+    path: str | None = Field(None, description="log file; unset = stderr")
+    level: str = Field("INFO", description="TRACE, DEBUG, INFO, WARNING, ERROR")
+    rotation: str = Field("100 MB", description="loguru rotation of the log file")
+    retention: int = Field(5, ge=1, description="rotated log files kept")
+
+    @model_validator(mode="after")
+    def _check_level(self) -> LogConfig:
+        if self.level.upper() not in {"TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR", "CRITICAL"}:
+            raise ValueError(f"unknown log level {self.level!r}")
+        return self
+
+
+class StorageType(enum.StrEnum):
+    MEMORY_LOCALFILE = "MEMORY_LOCALFILE"
+    MEMORY_LOCALFILE_HDFS = "MEMORY_LOCALFILE_HDFS"
+    MEMORY_HDFS = "MEMORY_HDFS"
+
+    @property
+    def has_localfile(self) -> bool:
+        return "LOCALFILE" in self.value
+
+    @property
+    def has_hdfs(self) -> bool:
+        return "HDFS" in self.value
+
+
+class MemoryStoreConfig(StrictModel):
+    """``[memory_store]``: the write buffer budget and its tickets."""
+
+    capacity: ByteSize = Field(1 << 30, gt=0, description="bytes of shuffle data held in memory")
+    buffer_ticket_timeout_sec: int = Field(
+        60, ge=1, description="a requireBuffer ticket not used by a send within this time is released"
+    )
+    buffer_ticket_check_interval_sec: int = Field(1, ge=1, description="how often expired tickets are swept")
+
+
+class LocalfileStoreConfig(StrictModel):
+    """``[localfile_store]``: the local disks, one Disk actor each."""
+
+    data_paths: list[str] = Field(default_factory=list, description="one directory per disk")
+    min_number_of_available_disks: int = Field(1, ge=0, description="fewer healthy disks = server UNHEALTHY")
+    disk_high_watermark: float = Field(0.8, gt=0, le=1, description="used ratio at which a disk stops taking data")
+    disk_low_watermark: float = Field(0.7, gt=0, le=1, description="used ratio at which a full disk is re-admitted")
+    disk_healthy_check_interval_sec: int = Field(60, ge=1, description="health probe period")
+    disk_write_threads: int = Field(1, ge=1, le=16, description="writer threads per disk (appends stay ordered)")
+    disk_read_threads: int = Field(2, ge=1, le=32, description="reader threads per disk")
+
+    @model_validator(mode="after")
+    def _check(self) -> LocalfileStoreConfig:
+        if len(set(self.data_paths)) != len(self.data_paths):
+            raise ValueError("data_paths lists the same directory twice")
+        if self.disk_low_watermark > self.disk_high_watermark:
+            raise ValueError("disk_low_watermark must not exceed disk_high_watermark")
+        return self
+
+
+class HybridStoreConfig(StrictModel):
+    """``[hybrid_store]``: when memory is spilled to disk."""
+
+    memory_spill_high_watermark: float = Field(0.8, gt=0, le=1, description="used/capacity that starts a spill")
+    memory_spill_low_watermark: float = Field(0.2, ge=0, lt=1, description="spill until used/capacity is below")
+    memory_single_buffer_max_spill_size: ByteSize | None = Field(
+        "128M", description="a partition buffer above this size is spilled on its own; unset = never"
+    )
+    memory_spill_max_concurrency: int = Field(8, ge=1, description="spills in flight across all disks")
+
+    @model_validator(mode="after")
+    def _check(self) -> HybridStoreConfig:
+        if self.memory_spill_low_watermark >= self.memory_spill_high_watermark:
+            raise ValueError("memory_spill_low_watermark must be below memory_spill_high_watermark")
+        return self
+
+
+class AppConfig(StrictModel):
+    """``[app_config]``: per-application limits and expiry."""
+
+    app_heartbeat_timeout_min: float = Field(5, gt=0, description="apps silent this long are purged")
+    app_expiry_check_interval_sec: int = Field(10, ge=1, description="how often silent apps are looked for")
+    partition_limit_enable: bool = Field(False, description="mark partitions above the threshold huge")
+    partition_limit_threshold: ByteSize = Field("20G", gt=0, description="bytes after which a partition is huge")
+    partition_limit_memory_backpressure_ratio: float = Field(
+        0.2, gt=0, le=1, description="huge partitions holding more than this share of capacity get NO_BUFFER_FOR_HUGE_PARTITION"
+    )
+    huge_partition_memory_single_buffer_max_spill_size: ByteSize = Field(
+        "64M", gt=0, description="spill size of a huge partition's buffer"
+    )
+
+
+class HealthConfig(StrictModel):
+    """``[health]``: when the server calls itself unhealthy."""
+
+    memory_stuck_above_high_watermark_sec: int = Field(
+        300, ge=1, description="memory above the spill high watermark this long = UNHEALTHY"
+    )
+
+
+class ServerConfig(StrictModel):
+    """The whole ``riffle-server`` TOML file."""
+
+    store_type: StorageType = Field(StorageType.MEMORY_LOCALFILE, description="storage tiers")
+    grpc_port: int = Field(19999, ge=0, le=65535, description="gRPC port; 0 = any free port")
+    http_port: int = Field(20010, ge=0, le=65535, description="HTTP port (/metrics, /health, /apps); 0 = any")
+    coordinator_quorum: list[str] = Field(default_factory=list, description="host:port of each coordinator")
+    tags: list[str] = Field(default_factory=list, description="extra tags sent in heartbeats")
+    heartbeat_interval_seconds: int = Field(10, ge=1, description="period of the coordinator heartbeat")
+    grace_period_sec: int = Field(30, ge=0, description="on SIGTERM, time allowed to flush memory to disk")
+    memory_store: MemoryStoreConfig = Field(default_factory=MemoryStoreConfig)
+    localfile_store: LocalfileStoreConfig = Field(default_factory=LocalfileStoreConfig)
+    hybrid_store: HybridStoreConfig = Field(default_factory=HybridStoreConfig)
+    app_config: AppConfig = Field(default_factory=AppConfig)
+    health: HealthConfig = Field(default_factory=HealthConfig)
+    log: LogConfig = Field(default_factory=LogConfig)
+
+    @model_validator(mode="after")
+    def _check(self) -> ServerConfig:
+        if self.store_type.has_hdfs:
+            raise ValueError(f"store_type {self.store_type.value} needs the HDFS tier, which is not built yet")
+        if self.store_type.has_localfile and not self.localfile_store.data_paths:
+            raise ValueError("store_type needs [localfile_store] data_paths")
+        for entry in self.coordinator_quorum:
+            host, sep, port = entry.rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ValueError(f"coordinator_quorum entry {entry!r} is not host:port")
+        return self
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _dotted(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(p) for p in loc) or "<root>"
+
+
+def validate_config(model: type[M], data: dict[str, Any], path: str | os.PathLike[str] | None = None) -> M:
+    """Validate a parsed TOML table, turning pydantic errors into one ``ConfigError``."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        problems = []
+        for err in e.errors():
+            reason = err["msg"]
+            if err["type"] == "extra_forbidden":
+                reason = "unknown key"
+            problems.append((_dotted(err["loc"]), reason.removeprefix("Value error, ")))
+        raise ConfigError(path, problems) from None
+
+
+def load_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(path, [("<file>", "no such file")]) from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(path, [("<file>", f"not valid TOML: {e}")]) from None
+
+
+def load_config(path: str | os.PathLike[str]) -> ServerConfig:
+    """Read and validate a server TOML file; relative data paths resolve against the working directory."""
+    data = load_toml(path)
+    ls = data.get("localfile_store")
+    if isinstance(ls, dict) and isinstance(ls.get("data_paths"), list):
+        ls["data_paths"] = [str(Path(p).resolve()) if isinstance(p, str) else p for p in ls["data_paths"]]
+    return validate_config(ServerConfig, data, path)

@@ -1,0 +1,109 @@
+"""Metrics: the Prometheus metrics of one server, in a registry of its own (no module globals).
+
+Counters and histograms are updated on the data path by the transports, the service and
+the spill dispatcher. Gauges that mirror actor state (memory budget, tickets, disks,
+mailboxes) are *pulled*: the HTTP handler refreshes a ``StateSnapshot`` from the actors and
+the collector reads it, so nothing polls in the background.
+
+Names follow ``riffle_<subsystem>_<thing>_<unit>``; labels are a small fixed set (``rpc``,
+``status``, ``source``, ``disk``, ``actor``), never an app id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+@dataclass
+class StateSnapshot:
+    capacity: int = 0
+    allocated: int = 0
+    used: int = 0
+    in_flight: int = 0
+    tickets: int = 0
+    apps: int = 0
+    spill_pending: int = 0
+    spill_running: int = 0
+    disks: list[dict] = field(default_factory=list)  # name, healthy, capacity, used, written_bytes, write_failures
+    actors: list = field(default_factory=list)  # MailboxStatistics
+    healthy: bool = True
+
+
+class _StateCollector:
+    def __init__(self, metrics: Metrics):
+        self.metrics = metrics
+
+    def collect(self):
+        s = self.metrics.snapshot
+        for name, value, doc in (
+            ("riffle_memory_capacity_bytes", s.capacity, "write memory capacity"),
+            ("riffle_memory_allocated_bytes", s.allocated, "memory reserved by live buffer tickets"),
+            ("riffle_memory_used_bytes", s.used, "shuffle data held in memory (staging + in flight)"),
+            ("riffle_memory_in_flight_bytes", s.in_flight, "memory being spilled right now"),
+            ("riffle_memory_tickets", s.tickets, "live requireBuffer tickets"),
+            ("riffle_server_apps", s.apps, "registered applications"),
+            ("riffle_spill_pending_jobs", s.spill_pending, "spill jobs waiting for a disk slot"),
+            ("riffle_spill_running_jobs", s.spill_running, "spill jobs being written"),
+            ("riffle_server_healthy", int(s.healthy), "1 when the server reports itself healthy"),
+        ):
+            yield GaugeMetricFamily(name, doc, value=value)
+        healthy = GaugeMetricFamily("riffle_disk_healthy", "1 when the disk takes new data", labels=["disk"])
+        cap = GaugeMetricFamily("riffle_disk_capacity_bytes", "file system size of the disk", labels=["disk"])
+        used = GaugeMetricFamily("riffle_disk_used_bytes", "file system bytes in use", labels=["disk"])
+        for d in s.disks:
+            healthy.add_metric([d["name"]], int(d["healthy"]))
+            cap.add_metric([d["name"]], d["capacity"])
+            used.add_metric([d["name"]], d["used"])
+        yield from (healthy, cap, used)
+        depth = GaugeMetricFamily("riffle_actor_mailbox_depth", "messages waiting", labels=["actor"])
+        restarts = GaugeMetricFamily("riffle_actor_restarts", "restarts by a supervisor", labels=["actor"])
+        processed = GaugeMetricFamily("riffle_actor_processed_messages", "messages processed", labels=["actor"])
+        grouped: dict[str, list[int]] = {}
+        for st in s.actors:
+            kind = st.name.split(":", 1)[0]  # app actors are summed: app ids never become labels
+            acc = grouped.setdefault(kind, [0, 0, 0])
+            acc[0] += st.depth
+            acc[1] += st.restarts
+            acc[2] += st.processed
+        for kind, (d, r, p) in sorted(grouped.items()):
+            depth.add_metric([kind], d)
+            restarts.add_metric([kind], r)
+            processed.add_metric([kind], p)
+        yield from (depth, restarts, processed)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.rpc_total = Counter("riffle_server_rpc", "RPCs answered", ["rpc", "status"], registry=r)
+        self.rpc_seconds = Histogram("riffle_server_rpc_duration_seconds", "RPC latency", ["rpc"],
+                                     buckets=_LATENCY_BUCKETS, registry=r)
+        self.received_bytes = Counter("riffle_server_received_bytes", "block bytes accepted into memory "
+                                      "(len + 32 per block, de-duplicated)", registry=r)
+        read = Counter("riffle_server_read_bytes", "bytes served to readers", ["source"], registry=r)
+        self.read_memory_bytes = read.labels("memory")
+        self.read_local_bytes = read.labels("localfile")
+        self.read_index_bytes = read.labels("index")
+        self.spill_total = Counter("riffle_spill", "spill batches written", ["disk"], registry=r)
+        self.spill_bytes = Counter("riffle_spill_bytes", "bytes spilled to disk", ["disk"], registry=r)
+        self.spill_seconds = Histogram("riffle_spill_duration_seconds", "time to write one spill batch", ["disk"],
+                                       buckets=_LATENCY_BUCKETS, registry=r)
+        self.spill_failures = Counter("riffle_spill_failures", "failed spill attempts (retried)", ["disk"],
+                                      registry=r)
+        self.purged_apps = Counter("riffle_server_purged_apps", "apps purged", ["reason"], registry=r)
+        self.snapshot = StateSnapshot()
+        r.register(_StateCollector(self))
+
+    def on_spilled(self, disk: str, data_bytes: int, seconds: float) -> None:
+        self.spill_total.labels(disk).inc()
+        self.spill_bytes.labels(disk).inc(data_bytes)
+        self.spill_seconds.labels(disk).observe(seconds)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,246 @@
+"""ShuffleServer: the composition root of ``riffle-server`` and its ``main()``.
+
+Builds the supervisor tree from a ``ServerConfig`` and starts the transports::
+
+    root (one_for_one)
+      timer              TimerActor: ticket expiry, app expiry, heartbeats
+      storage            Supervisor of one DiskActor per data path (permanent)
+      memory             MemoryManagerActor (permanent; budget and tickets survive its restarts)
+      spill              SpillDispatcherActor (permanent)
+      apps               Supervisor of one AppActor per app (temporary children)
+      app_manager        AppManagerActor (permanent)
+      heartbeat          HeartbeatActor, when coordinator_quorum is set
+
+Shutdown (SIGTERM): stop taking RPCs (gRPC grace period), spill what is in memory within
+``grace_period_sec``, then stop every actor; exit code 0.
+
+See also: ``riffle_actors.service`` (what the transports call), ``riffle_actors.daemon``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+
+from loguru import logger
+
+from riffle_actors import __version__
+from riffle_actors.actors import ActorSystem, ChildSpec, RestartPolicy, Supervisor
+from riffle_actors.actors.app import AppActor
+from riffle_actors.actors.app_manager import AppDirectory, AppManagerActor, CheckExpiredApps, FlushAllApps, \
+    GetHistory, ListApps
+from riffle_actors.actors.disk import DiskActor, GetDiskInfo
+from riffle_actors.actors.memory import AttachAppManager, ExpireTickets, GetBudget, MemoryManagerActor
+from riffle_actors.actors.spill import GetSpillStats, SpillDispatcherActor
+from riffle_actors.actors.timer import ScheduleEvery, TimerActor
+from riffle_actors.clock import Clock, SystemClock
+from riffle_actors.config import ServerConfig, load_config
+from riffle_actors.metrics import Metrics
+from riffle_actors.service import ShuffleService
+from riffle_actors.state.budget import MemoryBudget
+from riffle_actors.state.tickets import TicketBook
+from riffle_actors.transport.grpc_server import ShuffleServerServicer, start_grpc_server
+from riffle_actors.transport.http_server import start_http_server
+
+
+class ShuffleServer:
+    def __init__(self, cfg: ServerConfig, *, clock: Clock | None = None, host: str = "0.0.0.0"):
+        self.cfg = cfg
+        self.clock = clock or SystemClock()
+        self.host = host
+        self.metrics = Metrics()
+        self.system = ActorSystem(clock=self.clock, on_escalation=self._on_escalation)
+        self.directory = AppDirectory()
+        self.budget = MemoryBudget(cfg.memory_store.capacity)
+        self.tickets = TicketBook(self.clock, cfg.memory_store.buffer_ticket_timeout_sec)
+        self.grpc_port = 0
+        self.http_port = 0
+        self.start_time_ms = int(time.time() * 1000)
+        self.escalated: BaseException | None = None
+        self._grpc = None
+        self._http = None
+
+    def _on_escalation(self, exc: BaseException) -> None:
+        self.escalated = exc
+        logger.opt(exception=exc).critical("the supervisor tree gave up; the server is UNHEALTHY")
+
+    # ------------------------------------------------------------- start / stop
+    async def start(self) -> None:
+        cfg = self.cfg
+        system = self.system
+        await system.start()
+        self.timer = await system.start_child(None, ChildSpec("timer", lambda: TimerActor(self.clock)))
+        storage = await system.start_child(None, ChildSpec("storage", lambda: Supervisor(
+            "storage", max_restarts=10, within_s=60.0, clock=self.clock)))
+        self.disks = []
+        ls = cfg.localfile_store
+        for path in ls.data_paths:
+            spec = ChildSpec(f"disk:{path}", lambda p=path: DiskActor(
+                p, p, write_threads=ls.disk_write_threads, read_threads=ls.disk_read_threads))
+            self.disks.append((path, await system.start_child(storage, spec)))
+        hs = cfg.hybrid_store
+        holder: dict = {}
+        self.memory = await system.start_child(None, ChildSpec("memory", lambda: MemoryManagerActor(
+            budget=self.budget, tickets=self.tickets, high_watermark=hs.memory_spill_high_watermark,
+            low_watermark=hs.memory_spill_low_watermark, clock=self.clock, app_manager=holder.get("app_manager"))))
+        disk_refs = dict(self.disks)
+        self.spill = await system.start_child(None, ChildSpec("spill", lambda: SpillDispatcherActor(
+            disk_refs, max_concurrency=hs.memory_spill_max_concurrency, clock=self.clock,
+            on_spilled=self.metrics.on_spilled)))
+        apps_sup = await system.start_child(None, ChildSpec("apps", lambda: Supervisor(
+            "apps", max_restarts=1000, within_s=1.0, clock=self.clock)))
+        ac = cfg.app_config
+
+        def app_factory(app_id: str) -> AppActor:
+            return AppActor(app_id, clock=self.clock, heartbeat_timeout_s=ac.app_heartbeat_timeout_min * 60,
+                            memory=self.memory, spill=self.spill,
+                            single_buffer_spill_bytes=hs.memory_single_buffer_max_spill_size,
+                            huge_threshold_bytes=ac.partition_limit_threshold if ac.partition_limit_enable else None,
+                            huge_spill_bytes=ac.huge_partition_memory_single_buffer_max_spill_size)
+
+        self.app_manager = await system.start_child(None, ChildSpec("app_manager", lambda: AppManagerActor(
+            directory=self.directory, app_factory=app_factory, memory=self.memory,
+            disks=[ref for _, ref in self.disks], clock=self.clock, apps_supervisor=apps_sup)))
+        holder["app_manager"] = self.app_manager
+        await self.memory.tell(AttachAppManager(self.app_manager))
+
+        await self.timer.ask(ScheduleEvery("expire-tickets", float(cfg.memory_store.buffer_ticket_check_interval_sec),
+                                           self.memory, ExpireTickets()))
+        await self.timer.ask(ScheduleEvery("expire-apps", float(ac.app_expiry_check_interval_sec),
+                                           self.app_manager, CheckExpiredApps()))
+
+        self.service = ShuffleService(directory=self.directory, app_manager=self.app_manager, memory=self.memory,
+                                      disks=self.disks, metrics=self.metrics)
+        self._grpc, self.grpc_port = await start_grpc_server(ShuffleServerServicer(self.service, self.metrics),
+                                                             self.host, cfg.grpc_port)
+        self._http, self.http_port = await start_http_server(self, self.host, cfg.http_port)
+        await self._start_heartbeat()
+        logger.info("riffle-server {} listening: grpc {} http {}, memory {} bytes, data paths {}",
+                    __version__, self.grpc_port, self.http_port, cfg.memory_store.capacity, cfg.localfile_store.data_paths)
+
+    async def _start_heartbeat(self) -> None:
+        if not self.cfg.coordinator_quorum:
+            logger.info("no coordinator_quorum: running standalone")
+            return
+        from riffle_actors.actors.heartbeat import HeartbeatActor
+        from riffle_actors.netaddr import advertised_ip
+
+        self.ip = advertised_ip()
+        self.server_id = f"{self.ip}-{self.grpc_port}"
+        self.heartbeat = await self.system.start_child(None, ChildSpec("heartbeat", lambda: HeartbeatActor(
+            self.cfg.coordinator_quorum, float(self.cfg.heartbeat_interval_seconds), self.heartbeat_snapshot,
+            clock=self.clock)))
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        grace = self.cfg.grace_period_sec if grace_s is None else grace_s
+        if self._grpc is not None:
+            await self._grpc.stop(min(grace, 5.0))
+            self._grpc = None
+        if grace > 0 and self.budget.used:
+            try:
+                await asyncio.wait_for(self.app_manager.ask(FlushAllApps()), timeout=grace)
+                logger.info("flushed memory to disk before exit")
+            except (asyncio.TimeoutError, Exception) as e:  # noqa: BLE001 - shutdown goes on regardless
+                logger.warning("could not flush everything within {}s: {!r}", grace, e)
+        if self._http is not None:
+            await self._http.cleanup()
+            self._http = None
+        await self.system.stop_all()
+
+    # ------------------------------------------------------------- reports
+    async def refresh_snapshot(self) -> None:
+        s = self.metrics.snapshot
+        report = await self.memory.ask(GetBudget())
+        s.capacity, s.allocated, s.used, s.in_flight = (report.budget.capacity, report.budget.allocated,
+                                                        report.budget.used, report.budget.in_flight)
+        s.tickets = report.tickets
+        s.apps = len(self.directory)
+        stats = await self.spill.ask(GetSpillStats())
+        s.spill_pending, s.spill_running = stats.pending, stats.running
+        s.disks = await self._disk_infos(stats.unhealthy_disks)
+        s.actors = self.system.statistics()
+        s.healthy = not (await self.health())["reasons"]
+
+    async def _disk_infos(self, unhealthy: dict[str, str]) -> list[dict]:
+        infos = []
+        for name, ref in self.disks:
+            try:
+                info = await ref.ask(GetDiskInfo(), timeout=5)
+                infos.append({"name": name, "healthy": info.healthy and name not in unhealthy,
+                              "reason": unhealthy.get(name, ""), "capacity": info.capacity, "used": info.used,
+                              "written_bytes": info.written_bytes, "write_failures": info.write_failures})
+            except Exception as e:  # noqa: BLE001 - a dead disk is reported, not raised
+                infos.append({"name": name, "healthy": False, "reason": repr(e), "capacity": 0, "used": 0,
+                              "written_bytes": 0, "write_failures": 0})
+        return infos
+
+    async def health(self) -> dict:
+        reasons = []
+        if self.escalated is not None:
+            reasons.append(f"supervisor tree gave up: {self.escalated!r}")
+        stats = await self.spill.ask(GetSpillStats())
+        disks = await self._disk_infos(stats.unhealthy_disks)
+        healthy_disks = sum(1 for d in disks if d["healthy"])
+        need = self.cfg.localfile_store.min_number_of_available_disks
+        if healthy_disks < need:
+            reasons.append(f"{healthy_disks} healthy disks, fewer than min_number_of_available_disks={need}")
+        report = await self.memory.ask(GetBudget())
+        stuck = self.cfg.health.memory_stuck_above_high_watermark_sec
+        since = report.above_high_watermark_since
+        if since is not None and self.clock.monotonic() - since > stuck:
+            reasons.append(f"memory above the spill high watermark for more than {stuck}s")
+        return {"status": "UNHEALTHY" if reasons else "HEALTHY", "reasons": reasons, "disks": disks,
+                "memory": {"capacity": report.budget.capacity, "used": report.budget.used,
+                           "allocated": report.budget.allocated, "in_flight": report.budget.in_flight}}
+
+    async def apps(self) -> list[dict]:
+        infos = await self.app_manager.ask(ListApps())
+        return [{"app_id": i.app_id, "user": i.user, "registered_epoch_ms": i.registered_epoch_ms,
+                 "idle_s": round(i.idle_s, 3), "partition_count": i.partition_count,
+                 "memory_bytes": i.memory_bytes, "in_flight_bytes": i.in_flight_bytes,
+                 "received_bytes": i.received_bytes, "shuffles": i.shuffles} for i in infos]
+
+    async def history(self) -> list[dict]:
+        return await self.app_manager.ask(GetHistory())
+
+    def heartbeat_snapshot(self):
+        """What the HeartbeatActor sends; built from state readable without an ask."""
+        from riffle_actors.actors.heartbeat import HeartbeatSnapshot, StorageSnapshot
+
+        b = self.budget
+        snap = self.metrics.snapshot
+        storage = [StorageSnapshot(path=d["name"], capacity=d["capacity"], used=d["used"], healthy=d["healthy"])
+                   for d in snap.disks]
+        healthy = snap.healthy and self.escalated is None
+        return HeartbeatSnapshot(
+            server_id=self.server_id, ip=self.ip, grpc_port=self.grpc_port, netty_port=0, http_port=self.http_port,
+            used_memory=b.used + b.allocated, pre_allocated_memory=b.allocated,
+            available_memory=max(0, b.capacity - b.used - b.allocated), event_num_in_flush=snap.spill_pending +
+            snap.spill_running, tags=tuple(self.cfg.tags), is_healthy=healthy, storage=tuple(storage),
+            version=__version__, start_time_ms=self.start_time_ms, app_ids=tuple(self.directory))
+
+
+async def serve(cfg: ServerConfig, stop_event: asyncio.Event, ports) -> int:
+    server = ShuffleServer(cfg)
+    try:
+        await server.start()
+        ports(grpc_port=server.grpc_port, http_port=server.http_port)
+        await stop_event.wait()
+        logger.info("stopping: flushing memory within {}s", cfg.grace_period_sec)
+    finally:
+        await server.stop()
+    logger.info("riffle-server stopped")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from riffle_actors.daemon import run_daemon
+
+    return run_daemon(argv, prog="riffle-server", load_config=load_config, log_config=lambda cfg: cfg.log,
+                      serve=serve, description="Uniffle-compatible shuffle server (riffle_actors)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

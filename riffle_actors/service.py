@@ -1,0 +1,183 @@
+"""ShuffleService: the transport-agnostic use cases of the shuffle server.
+
+Every transport (gRPC now, urpc later) decodes a request into plain values, calls one method
+here and encodes the result; errors are ``RiffleError`` subclasses whose status is mapped in
+one place (``riffle_actors.errors.to_status``). This is where the RPCs' order of checks from
+spec §2 lives: app check, ticket handling, the conversion of a ticket into used memory, the
+routing of reads to memory or to the disks that hold a partition's files.
+
+It owns no state: the actors do. It holds their refs and the read-only ``AppDirectory``.
+
+See also: ``riffle_actors.transport.grpc_server`` (the gRPC adapter), ``riffle_actors.server``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from riffle_actors.actors import ActorDeadError, ActorRef
+from riffle_actors.actors.app import (AppendBlocks, CommitShuffleTask, FinishShuffle, GetMemoryData,
+                                      GetPartitionDisks, GetShuffleResult, Heartbeat, RegisterShuffle,
+                                      ReportShuffleResult)
+from riffle_actors.actors.app_manager import AppDirectory, GetOrCreateApp, PurgeApp, PurgeAppShuffle
+from riffle_actors.actors.disk import ReadData, ReadIndex
+from riffle_actors.actors.memory import CommitTicket, RequireBuffer, TakeTicket
+from riffle_actors.errors import InternalError, InvalidRequestError, NoRegisterError
+from riffle_actors.metrics import Metrics
+from riffle_actors.protocol.bitmap import TaskIdFilter
+from riffle_actors.protocol.blockid import BlockIdLayout
+from riffle_actors.protocol.errors import ProtocolError
+from riffle_actors.records import Block
+
+
+class ShuffleService:
+    def __init__(self, *, directory: AppDirectory, app_manager: ActorRef, memory: ActorRef,
+                 disks: Sequence[tuple[str, ActorRef]], metrics: Metrics):
+        self.directory = directory
+        self.app_manager = app_manager
+        self.memory = memory
+        self.disk_names = [name for name, _ in disks]
+        self.disk_refs = dict(disks)
+        self.metrics = metrics
+
+    def _app(self, app_id: str) -> ActorRef:
+        ref = self.directory.get(app_id)
+        if ref is None or not ref.is_alive:
+            raise NoRegisterError(f"app {app_id!r} is not registered on this server")
+        return ref
+
+    async def _ask_app(self, app_id: str, msg):
+        try:
+            return await self._app(app_id).ask(msg)
+        except ActorDeadError:
+            raise NoRegisterError(f"app {app_id!r} was removed") from None
+
+    # ------------------------------------------------------------- writes
+    async def register_shuffle(self, app_id: str, shuffle_id: int, ranges: Sequence[tuple[int, int]],
+                               local_order: bool, user: str = "", properties: dict[str, str] | None = None) -> None:
+        for start, end in ranges:
+            if start < 0 or end < start:
+                raise InvalidRequestError(f"invalid partition range [{start}, {end}]")
+        ref = await self.app_manager.ask(GetOrCreateApp(app_id))
+        try:
+            await ref.ask(RegisterShuffle(shuffle_id=shuffle_id, ranges=tuple(ranges), local_order=local_order,
+                                          user=user, properties=tuple((properties or {}).items())))
+        except ActorDeadError:
+            raise InternalError(f"app {app_id!r} was removed while registering; retry") from None
+
+    async def require_buffer(self, app_id: str, shuffle_id: int, size: int) -> int:
+        if size < 0:
+            raise InvalidRequestError(f"requireSize {size} is negative")
+        if app_id:  # an empty appId is the pre-0.6 client path: no app check
+            self._app(app_id)
+        return await self.memory.ask(RequireBuffer(app_id=app_id, shuffle_id=shuffle_id, size=size))
+
+    async def send_data(self, app_id: str, shuffle_id: int, ticket_id: int,
+                        partitions: tuple[tuple[int, tuple[Block, ...]], ...]) -> int:
+        """Append the blocks; returns the bytes accepted. Readable from memory once this returns."""
+        app = self._app(app_id)
+        if not partitions:
+            raise InternalError("No data in request")
+        ticket_size = await self.memory.ask(TakeTicket(ticket_id=ticket_id, app_id=app_id))
+        accepted = 0
+        try:
+            accepted = await app.ask(AppendBlocks(shuffle_id=shuffle_id, partitions=partitions))
+        except ActorDeadError:
+            raise NoRegisterError(f"app {app_id!r} was removed") from None
+        finally:
+            self.memory.tell_nowait(CommitTicket(app_id=app_id, ticket_size=ticket_size, used=accepted))
+        self.metrics.received_bytes.inc(accepted)
+        return accepted
+
+    async def report_shuffle_result(self, app_id: str, shuffle_id: int, task_attempt_id: int,
+                                    partition_to_block_ids: tuple[tuple[int, tuple[int, ...]], ...]) -> int:
+        return await self._ask_app(app_id, ReportShuffleResult(
+            shuffle_id=shuffle_id, task_attempt_id=task_attempt_id, partition_to_block_ids=partition_to_block_ids))
+
+    async def commit_shuffle_task(self, app_id: str, shuffle_id: int) -> int:
+        return await self._ask_app(app_id, CommitShuffleTask(shuffle_id))
+
+    async def finish_shuffle(self, app_id: str, shuffle_id: int) -> None:
+        await self._ask_app(app_id, FinishShuffle(shuffle_id))
+
+    # ------------------------------------------------------------- reads
+    async def get_shuffle_result(self, app_id: str, shuffle_id: int, partition_ids: Sequence[int],
+                                 layout_bits: tuple[int, int, int]) -> bytes:
+        layout = None
+        if any(layout_bits):
+            try:
+                layout = BlockIdLayout.from_proto_fields(*layout_bits)
+            except ProtocolError as e:
+                raise InvalidRequestError(f"invalid blockIdLayout {layout_bits}: {e}") from None
+        return await self._ask_app(app_id, GetShuffleResult(shuffle_id=shuffle_id, partition_ids=tuple(partition_ids),
+                                                            layout=layout))
+
+    async def get_memory_data(self, app_id: str, shuffle_id: int, partition_id: int, last_block_id: int,
+                              read_buffer_size: int, task_bitmap: bytes | None) -> list[Block]:
+        task_filter = None
+        if task_bitmap:
+            try:
+                task_filter = TaskIdFilter.from_bytes(task_bitmap)
+            except ProtocolError as e:
+                raise InvalidRequestError(f"bad serializedExpectedTaskIdsBitmap: {e}") from None
+        blocks = await self._ask_app(app_id, GetMemoryData(
+            shuffle_id=shuffle_id, partition_id=partition_id, last_block_id=last_block_id,
+            read_buffer_size=max(1, read_buffer_size), task_filter=task_filter))
+        if blocks:
+            self.metrics.read_memory_bytes.inc(sum(len(b.data) for b in blocks))
+        return blocks
+
+    async def get_local_index(self, app_id: str, shuffle_id: int, partition_id: int) -> tuple[bytes, int, list[int]]:
+        """(index bytes of every disk holding the partition, total data length, storage ids)."""
+        disks = await self._ask_app(app_id, GetPartitionDisks(shuffle_id=shuffle_id, partition_id=partition_id))
+        parts: list[bytes] = []
+        data_len = 0
+        storage_ids: list[int] = []
+        for disk in disks:
+            index, length = await self._ask_disk(disk, ReadIndex(app_id=app_id, shuffle_id=shuffle_id,
+                                                                partition_id=partition_id))
+            if index:
+                parts.append(index)
+                data_len += length
+                storage_ids.append(self.disk_names.index(disk))
+        index = parts[0] if len(parts) == 1 else b"".join(parts)
+        self.metrics.read_index_bytes.inc(len(index))
+        return index, data_len, storage_ids
+
+    async def get_local_data(self, app_id: str, shuffle_id: int, partition_id: int, storage_id: int,
+                             offset: int, length: int) -> bytes:
+        if offset < 0 or length < 0:
+            raise InvalidRequestError(f"invalid offset {offset} / length {length}")
+        disks = await self._ask_app(app_id, GetPartitionDisks(shuffle_id=shuffle_id, partition_id=partition_id))
+        if not disks:
+            raise InternalError(f"no local data for app {app_id} shuffle {shuffle_id} partition {partition_id}")
+        if len(disks) == 1:
+            disk = disks[0]  # a 0.9 client sends no storageId (reads as 0): the single file is meant
+        elif 0 <= storage_id < len(self.disk_names) and self.disk_names[storage_id] in disks:
+            disk = self.disk_names[storage_id]
+        else:
+            raise InvalidRequestError(f"storageId {storage_id} does not hold partition {partition_id}")
+        if length == 0:
+            return b""
+        data = await self._ask_disk(disk, ReadData(app_id=app_id, shuffle_id=shuffle_id, partition_id=partition_id,
+                                                   offset=offset, length=length))
+        self.metrics.read_local_bytes.inc(len(data))
+        return data
+
+    async def _ask_disk(self, disk: str, msg):
+        try:
+            return await self.disk_refs[disk].ask(msg)
+        except ActorDeadError:
+            raise InternalError(f"disk {disk} restarted during the read; retry") from None
+
+    # ------------------------------------------------------------- lifecycle
+    async def app_heartbeat(self, app_id: str) -> None:
+        await self._ask_app(app_id, Heartbeat())
+
+    async def unregister_shuffle(self, app_id: str, shuffle_id: int) -> None:
+        self._app(app_id)
+        await self.app_manager.tell(PurgeAppShuffle(app_id, shuffle_id))
+
+    async def unregister_app(self, app_id: str) -> None:
+        self._app(app_id)
+        await self.app_manager.tell(PurgeApp(app_id, "unregistered by client"))

@@ -1,0 +1,205 @@
+"""The gRPC adapter of ``rss.common.ShuffleServer``: decode, call ShuffleService, encode.
+
+Thin on purpose: no status decisions live here except the one mapping of exceptions to
+``(status, retMsg)`` (``errors.to_status``). Every handler answers with its typed response
+and a status code; an unexpected exception becomes INTERNAL_ERROR with the reason and is
+logged, so one bad request never takes the server down. Message limits are raised to
+1 GiB (spec §1.1).
+
+Block payloads stay the ``bytes`` objects protobuf produced: one ``Block`` tuple per block,
+never a copy of the data.
+
+See also: ``riffle_actors.service`` (the use cases).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+
+import grpc
+from loguru import logger
+
+from riffle_actors.errors import RiffleError, StatusCode, to_status
+from riffle_actors.metrics import Metrics
+from riffle_actors.protocol.proto import uniffle_pb2 as pb
+from riffle_actors.protocol.proto import uniffle_pb2_grpc as pb_grpc
+from riffle_actors.records import Block
+from riffle_actors.service import ShuffleService
+
+MAX_MESSAGE_BYTES = 1 << 30
+GRPC_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.so_reuseport", 0),
+]
+
+_LOCAL_ORDER = pb.DataDistribution.Value("LOCAL_ORDER")
+
+
+class ShuffleServerServicer(pb_grpc.ShuffleServerServicer):
+    def __init__(self, service: ShuffleService, metrics: Metrics):
+        self.service = service
+        self.metrics = metrics
+
+    async def _call(self, rpc: str, make: Callable[..., object], body: Callable[[], Awaitable[dict]],
+                    app_id: str = "") -> object:
+        """Run ``body`` and build the response ``make(status=..., retMsg=..., **fields)``."""
+        started = time.perf_counter()
+        try:
+            fields = await body()
+            status, msg = StatusCode.SUCCESS, ""
+        except RiffleError as e:
+            status, msg = to_status(e)
+            fields = {}
+            logger.bind(app_id=app_id).debug("{} -> {}: {}", rpc, status.name, msg)
+        except Exception as e:  # noqa: BLE001 - a bad request must never kill the server
+            status, msg = to_status(e)
+            fields = {}
+            logger.bind(app_id=app_id).exception("{} failed for app {}", rpc, app_id)
+        self.metrics.rpc_total.labels(rpc, status.name).inc()
+        self.metrics.rpc_seconds.labels(rpc).observe(time.perf_counter() - started)
+        return make(status=int(status), retMsg=msg, **fields)
+
+    # ------------------------------------------------------------- writes
+    async def registerShuffle(self, request, context):
+        async def body():
+            ranges = [(r.start, r.end) for r in request.partitionRanges]
+            await self.service.register_shuffle(
+                request.appId, request.shuffleId, ranges,
+                local_order=request.shuffleDataDistribution == _LOCAL_ORDER,
+                user=request.user, properties=dict(request.properties))
+            return {}
+        return await self._call("registerShuffle", pb.ShuffleRegisterResponse, body, request.appId)
+
+    async def requireBuffer(self, request, context):
+        async def body():
+            ticket = await self.service.require_buffer(request.appId, request.shuffleId, request.requireSize)
+            return {"requireBufferId": ticket}
+
+        def make(status, retMsg, **fields):
+            if status != StatusCode.SUCCESS:
+                fields["requireBufferId"] = -1
+            return pb.RequireBufferResponse(status=status, retMsg=retMsg, **fields)
+        return await self._call("requireBuffer", make, body, request.appId)
+
+    async def sendShuffleData(self, request, context):
+        async def body():
+            partitions = tuple(
+                (sd.partitionId, tuple(
+                    Block(b.blockId, b.length, b.uncompressLength, b.crc, b.taskAttemptId, b.data)
+                    for b in sd.block))
+                for sd in request.shuffleData)
+            await self.service.send_data(request.appId, request.shuffleId, request.requireBufferId, partitions)
+            return {}
+        return await self._call("sendShuffleData", pb.SendShuffleDataResponse, body, request.appId)
+
+    async def reportShuffleResult(self, request, context):
+        async def body():
+            p2b = tuple((p.partitionId, tuple(p.blockIds)) for p in request.partitionToBlockIds)
+            await self.service.report_shuffle_result(request.appId, request.shuffleId, request.taskAttemptId, p2b)
+            return {}
+        return await self._call("reportShuffleResult", pb.ReportShuffleResultResponse, body, request.appId)
+
+    async def commitShuffleTask(self, request, context):
+        async def body():
+            return {"commitCount": await self.service.commit_shuffle_task(request.appId, request.shuffleId)}
+        return await self._call("commitShuffleTask", pb.ShuffleCommitResponse, body, request.appId)
+
+    async def finishShuffle(self, request, context):
+        async def body():
+            await self.service.finish_shuffle(request.appId, request.shuffleId)
+            return {}
+        return await self._call("finishShuffle", pb.FinishShuffleResponse, body, request.appId)
+
+    # ------------------------------------------------------------- reads
+    async def getShuffleResult(self, request, context):
+        async def body():
+            layout = request.blockIdLayout
+            bitmap = await self.service.get_shuffle_result(
+                request.appId, request.shuffleId, [request.partitionId],
+                (layout.sequenceNoBits, layout.partitionIdBits, layout.taskAttemptIdBits))
+            return {"serializedBitmap": bitmap}
+        return await self._call("getShuffleResult", pb.GetShuffleResultResponse, body, request.appId)
+
+    async def getShuffleResultForMultiPart(self, request, context):
+        async def body():
+            layout = request.blockIdLayout
+            bitmap = await self.service.get_shuffle_result(
+                request.appId, request.shuffleId, list(request.partitions),
+                (layout.sequenceNoBits, layout.partitionIdBits, layout.taskAttemptIdBits))
+            return {"serializedBitmap": bitmap}
+        return await self._call("getShuffleResultForMultiPart", pb.GetShuffleResultForMultiPartResponse, body,
+                                request.appId)
+
+    async def getMemoryShuffleData(self, request, context):
+        async def body():
+            bitmap = request.serializedExpectedTaskIdsBitmap if request.HasField(
+                "serializedExpectedTaskIdsBitmap") else None
+            blocks = await self.service.get_memory_data(
+                request.appId, request.shuffleId, request.partitionId, request.lastBlockId,
+                request.readBufferSize, bitmap)
+            segments = []
+            offset = 0
+            for b in blocks:
+                n = len(b.data)
+                segments.append(pb.ShuffleDataBlockSegment(
+                    blockId=b.block_id, offset=offset, length=n, uncompressLength=b.uncompress_length,
+                    crc=b.crc, taskAttemptId=b.task_attempt_id))
+                offset += n
+            data = blocks[0].data if len(blocks) == 1 else b"".join(b.data for b in blocks)
+            return {"shuffleDataBlockSegments": segments, "data": data}
+        return await self._call("getMemoryShuffleData", pb.GetMemoryShuffleDataResponse, body, request.appId)
+
+    async def getLocalShuffleIndex(self, request, context):
+        async def body():
+            index, data_len, storage_ids = await self.service.get_local_index(
+                request.appId, request.shuffleId, request.partitionId)
+            return {"indexData": index, "dataFileLen": data_len, "storageIds": storage_ids}
+        return await self._call("getLocalShuffleIndex", pb.GetLocalShuffleIndexResponse, body, request.appId)
+
+    async def getLocalShuffleData(self, request, context):
+        async def body():
+            data = await self.service.get_local_data(
+                request.appId, request.shuffleId, request.partitionId, request.storageId,
+                request.offset, request.length)
+            return {"data": data}
+        return await self._call("getLocalShuffleData", pb.GetLocalShuffleDataResponse, body, request.appId)
+
+    # ------------------------------------------------------------- lifecycle
+    async def appHeartbeat(self, request, context):
+        async def body():
+            await self.service.app_heartbeat(request.appId)
+            return {}
+        return await self._call("appHeartbeat", pb.AppHeartBeatResponse, body, request.appId)
+
+    async def unregisterShuffle(self, request, context):
+        async def body():
+            await self.service.unregister_shuffle(request.appId, request.shuffleId)
+            return {}
+        return await self._call("unregisterShuffle", pb.ShuffleUnregisterResponse, body, request.appId)
+
+    async def unregisterShuffleByAppId(self, request, context):
+        async def body():
+            await self.service.unregister_app(request.appId)
+            return {}
+        return await self._call("unregisterShuffleByAppId", pb.ShuffleUnregisterByAppIdResponse, body,
+                                request.appId)
+
+    async def startSortMerge(self, request, context):
+        return pb.StartSortMergeResponse(status=int(StatusCode.INTERNAL_ERROR), retMsg="Remote merge is disabled")
+
+    async def getSortedShuffleData(self, request, context):
+        return pb.GetSortedShuffleDataResponse(status=int(StatusCode.INTERNAL_ERROR),
+                                               retMsg="Remote merge is disabled")
+
+
+async def start_grpc_server(servicer: ShuffleServerServicer, host: str, port: int) -> tuple[grpc.aio.Server, int]:
+    """Start a grpc.aio server; returns it and the bound port (``port`` 0 = any free port)."""
+    server = grpc.aio.server(options=GRPC_OPTIONS)
+    pb_grpc.add_ShuffleServerServicer_to_server(servicer, server)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise OSError(f"cannot bind gRPC port {host}:{port}")
+    await server.start()
+    return server, bound
