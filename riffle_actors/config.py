@@ -92,7 +92,7 @@ class StorageType(enum.StrEnum):
 class MemoryStoreConfig(StrictModel):
     """``[memory_store]``: the write buffer budget and its tickets."""
 
-    capacity: ByteSize = Field(1 << 30, gt=0, description="bytes of shuffle data held in memory")
+    capacity: ByteSize = Field("1G", gt=0, description="bytes of shuffle data held in memory")
     buffer_ticket_timeout_sec: int = Field(
         60, ge=1, description="a requireBuffer ticket not used by a send within this time is released"
     )

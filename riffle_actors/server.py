@@ -61,6 +61,9 @@ class ShuffleServer:
         self.escalated: BaseException | None = None
         self._grpc = None
         self._http = None
+        self._refresher: asyncio.Task | None = None
+        self.ip = "127.0.0.1"
+        self.server_id = ""
 
     def _on_escalation(self, exc: BaseException) -> None:
         self.escalated = exc
@@ -129,12 +132,18 @@ class ShuffleServer:
 
         self.ip = advertised_ip()
         self.server_id = f"{self.ip}-{self.grpc_port}"
+        interval = float(self.cfg.heartbeat_interval_seconds)
+        await self.refresh_snapshot()
+        self._refresher = asyncio.get_running_loop().create_task(self._refresh_loop(max(1.0, interval / 2)))
         self.heartbeat = await self.system.start_child(None, ChildSpec("heartbeat", lambda: HeartbeatActor(
             self.cfg.coordinator_quorum, float(self.cfg.heartbeat_interval_seconds), self.heartbeat_snapshot,
             clock=self.clock)))
 
     async def stop(self, grace_s: float | None = None) -> None:
         grace = self.cfg.grace_period_sec if grace_s is None else grace_s
+        if self._refresher is not None:
+            self._refresher.cancel()
+            self._refresher = None
         if self._grpc is not None:
             await self._grpc.stop(min(grace, 5.0))
             self._grpc = None
@@ -147,6 +156,9 @@ class ShuffleServer:
         if self._http is not None:
             await self._http.cleanup()
             self._http = None
+        # the app manager goes first: apps stopped by the shutdown are not purged, so what was
+        # flushed stays on disk (removing it is an operator's or a later recovery's decision)
+        await self.system.stop_child(None, "app_manager")
         await self.system.stop_all()
 
     # ------------------------------------------------------------- reports
@@ -206,20 +218,29 @@ class ShuffleServer:
         return await self.app_manager.ask(GetHistory())
 
     def heartbeat_snapshot(self):
-        """What the HeartbeatActor sends; built from state readable without an ask."""
-        from riffle_actors.actors.heartbeat import HeartbeatSnapshot, StorageSnapshot
+        """What the HeartbeatActor sends: the budget (read directly) and the last refreshed snapshot."""
+        from riffle_actors.actors.heartbeat import DiskSnapshot, HeartbeatSnapshot
 
         b = self.budget
         snap = self.metrics.snapshot
-        storage = [StorageSnapshot(path=d["name"], capacity=d["capacity"], used=d["used"], healthy=d["healthy"])
-                   for d in snap.disks]
-        healthy = snap.healthy and self.escalated is None
+        disks = tuple(DiskSnapshot(path=d["name"], capacity_bytes=d["capacity"], used_bytes=d["used"],
+                                   status="NORMAL" if d["healthy"] else "UNHEALTHY") for d in snap.disks)
         return HeartbeatSnapshot(
-            server_id=self.server_id, ip=self.ip, grpc_port=self.grpc_port, netty_port=0, http_port=self.http_port,
+            ip=self.ip, grpc_port=self.grpc_port, http_port=self.http_port, tags=tuple(self.cfg.tags),
             used_memory=b.used + b.allocated, pre_allocated_memory=b.allocated,
-            available_memory=max(0, b.capacity - b.used - b.allocated), event_num_in_flush=snap.spill_pending +
-            snap.spill_running, tags=tuple(self.cfg.tags), is_healthy=healthy, storage=tuple(storage),
-            version=__version__, start_time_ms=self.start_time_ms, app_ids=tuple(self.directory))
+            available_memory=max(0, b.capacity - b.used - b.allocated),
+            event_num_in_flush=snap.spill_pending + snap.spill_running,
+            is_healthy=snap.healthy and self.escalated is None, disks=disks, start_time_ms=self.start_time_ms)
+
+    async def _refresh_loop(self, interval_s: float) -> None:
+        """Keeps the snapshot the heartbeat reads fresh (health, disks, spill queue)."""
+        while True:
+            try:
+                await self.refresh_snapshot()
+            except Exception as e:  # noqa: BLE001 - reported as unhealthy, never fatal
+                self.metrics.snapshot.healthy = False
+                logger.warning("could not refresh server state: {!r}", e)
+            await asyncio.sleep(interval_s)
 
 
 async def serve(cfg: ServerConfig, stop_event: asyncio.Event, ports) -> int:
