@@ -1,0 +1,158 @@
+"""The 40-byte big-endian index record of a partition's data file (spec §5.2).
+
+This module owns the only on-disk format that travels to clients:
+``getLocalShuffleIndex`` returns the index file verbatim, and the Uniffle client (and
+HDFS readers) parse it with ``FileBasedShuffleSegment.SEGMENT_SIZE = 40``. One record
+per block, in data-file order::
+
+    offset            i64 BE   byte offset of the block in the data file
+    length            i32 BE   len(data)
+    uncompressLength  i32 BE
+    crc               i64 BE   unsigned CRC-32 of the (compressed) bytes, passed through
+    blockId           i64 BE
+    taskAttemptId     i64 BE
+
+Same layout as Java ``LocalFileWriter.writeIndex`` / ``HadoopFileWriter.writeIndex`` and
+Riffle ``index_codec.rs`` (``INDEX_BLOCK_SIZE = 40``). Encoding packs a whole batch with
+one ``struct`` call; decoding tolerates a torn tail (truncates to a multiple of 40), as
+every reader must.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Sequence
+from functools import lru_cache, partial
+from itertools import chain
+from typing import NamedTuple, Protocol
+
+from riffle_actors.protocol.errors import ProtocolError
+
+__all__ = [
+    "INDEX_RECORD",
+    "INDEX_RECORD_SIZE",
+    "IndexEntry",
+    "build_index",
+    "decode_index",
+    "encode_index",
+]
+
+INDEX_RECORD = struct.Struct(">qiiqqq")
+INDEX_RECORD_SIZE = INDEX_RECORD.size  # 40
+_RECORD_FORMAT = "qiiqqq"
+_FIELDS = ("offset", "length", "uncompress_length", "crc", "block_id", "task_attempt_id")
+_FIELD_LIMITS = (63, 31, 31, 63, 63, 63)  # signed bit widths of >qiiqqq
+
+
+class IndexEntry(NamedTuple):
+    """One decoded index record."""
+
+    offset: int
+    length: int
+    uncompress_length: int
+    crc: int
+    block_id: int
+    task_attempt_id: int
+
+
+class IndexedBlock(Protocol):
+    """What ``build_index`` reads from a block (``riffle_actors.records.Block`` fits)."""
+
+    @property
+    def block_id(self) -> int: ...
+    @property
+    def uncompress_length(self) -> int: ...
+    @property
+    def crc(self) -> int: ...
+    @property
+    def task_attempt_id(self) -> int: ...
+    @property
+    def data(self) -> bytes | memoryview: ...
+
+
+_new_entry = partial(tuple.__new__, IndexEntry)  # C-level constructor, no arity check
+
+
+@lru_cache(maxsize=64)
+def _batch_struct(n: int) -> struct.Struct:
+    """A ``Struct`` for ``n`` consecutive records, so a batch packs in one C call."""
+    return struct.Struct(">" + _RECORD_FORMAT * n)
+
+
+def _pack_records(values: list[int], n: int) -> bytes:
+    if n == 1:
+        return INDEX_RECORD.pack(*values)
+    return _batch_struct(n).pack(*values)
+
+
+def _bad_value(values: list[int]) -> ProtocolError:
+    """Name the first field of a batch that does not fit ``>qiiqqq`` (error path only)."""
+    for i, value in enumerate(values):
+        bits = _FIELD_LIMITS[i % 6]
+        field = f"index[{i // 6}].{_FIELDS[i % 6]}"
+        if not isinstance(value, int):
+            return ProtocolError(field, f"{value!r} is not an int")
+        if not -(1 << bits) <= value < (1 << bits):
+            return ProtocolError(field, f"{value} does not fit a signed {bits + 1}-bit field")
+    return ProtocolError("index", "record does not fit >qiiqqq")
+
+
+def encode_index(entries: Iterable[IndexEntry | tuple[int, int, int, int, int, int]]) -> bytes:
+    """Concatenated 40-byte records of ``entries`` (``IndexEntry`` or plain 6-tuples)."""
+    if not isinstance(entries, Sequence):
+        entries = list(entries)
+    n = len(entries)
+    if n == 0:
+        return b""
+    values = list(chain.from_iterable(entries))
+    if len(values) != 6 * n:
+        raise ProtocolError("index", f"{len(values)} values for {n} records; each needs 6")
+    try:
+        return _pack_records(values, n)
+    except struct.error:
+        raise _bad_value(values) from None
+
+
+def build_index(blocks: Sequence[IndexedBlock], start_offset: int) -> tuple[bytes, int]:
+    """Index records for ``blocks`` appended at ``start_offset`` of the data file.
+
+    Returns ``(records, data_len)``: the concatenated records, with offsets running from
+    ``start_offset`` in block order, and the total payload length, i.e. how many bytes
+    the caller appends to the data file (``b"".join(b.data for b in blocks)``).
+
+    ``length`` and the offsets come from ``len(block.data)``, the bytes that actually
+    land in the data file, not from the block's declared ``length``: an index that
+    disagrees with its data file would corrupt every later read of the partition.
+    """
+    values: list[int] = []
+    offset = start_offset
+    for block in blocks:
+        length = len(block.data)
+        values += (
+            offset,
+            length,
+            block.uncompress_length,
+            block.crc,
+            block.block_id,
+            block.task_attempt_id,
+        )
+        offset += length
+    n = len(values) // 6
+    if n == 0:
+        return b"", 0
+    try:
+        records = _pack_records(values, n)
+    except struct.error:
+        raise _bad_value(values) from None
+    return records, offset - start_offset
+
+
+def decode_index(buf: bytes | bytearray | memoryview) -> list[IndexEntry]:
+    """All complete records of ``buf``; a torn tail (``len % 40`` bytes) is ignored."""
+    mv = memoryview(buf)
+    if mv.format != "B" or mv.ndim != 1:
+        mv = mv.cast("B")
+    whole = len(mv) - len(mv) % INDEX_RECORD_SIZE
+    if whole == 0:
+        return []
+    return list(map(_new_entry, INDEX_RECORD.iter_unpack(mv[:whole])))
