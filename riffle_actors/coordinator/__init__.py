@@ -1,0 +1,16 @@
+"""``riffle-coordinator``: an Apache-Uniffle-compatible coordinator (cluster membership + shuffle assignment).
+
+Modules, each owning one thing:
+
+- ``config``: the TOML schema (``CoordinatorConfig``) and ``load_coordinator_config``;
+- ``cluster``: the pure server registry (heartbeat expiry, status, exclusion, candidates);
+- ``assignment``: the pure assignment strategies (partition_balance, basic; host strategies);
+- ``apps``: the pure application registry with a bounded history;
+- ``actors``: ``ClusterActor`` and ``AppRegistryActor``, which own that state at run time;
+- ``service``: the grpc.aio ``CoordinatorServer`` servicer;
+- ``http``: the JSON API (``/api/servers``, ``/api/apps``, ...);
+- ``runtime``: ``Coordinator``, the composition root that starts and stops all of the above;
+- ``main``: the ``riffle-coordinator`` console entry point (via ``riffle_actors.daemon``).
+
+See ``docs/coordinator.md`` for configuration, the HTTP API and the daemon commands.
+"""

@@ -1,0 +1,162 @@
+"""The coordinator's HTTP JSON API (aiohttp + orjson), read by operators, ``riffle-ctl`` and tests.
+
+Routes:
+
+| route | answer |
+|---|---|
+| ``GET /api/servers`` | list of server dicts (``server_to_dict``), sorted by id |
+| ``GET /api/servers/{id}`` | one server dict, 404 when unknown |
+| ``POST /api/servers/{id}/status`` | body ``{"status": "DECOMMISSIONING" \\| "ACTIVE"}``: operator override (ACTIVE clears it); returns the server dict; 400 bad body, 404 unknown id |
+| ``GET /api/apps`` | live apps (``app_to_dict``) |
+| ``GET /api/historical_apps`` | expired apps, newest first (bounded by ``[app] history_size``) |
+| ``GET /api/health`` | ``{"status": "ok", "servers", "active_servers", "apps", "uptime_s", "version", "rpc_calls"}`` |
+
+Times are epoch milliseconds (``*_ms``), sizes bytes. It does not cover: the state rules or
+the gRPC API (``service.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from riffle_actors import __version__
+from riffle_actors.actors import ActorRef
+from riffle_actors.coordinator import actors as msgs
+from riffle_actors.coordinator.apps import AppView
+from riffle_actors.coordinator.cluster import ServerStatus, ServerView
+
+
+def server_to_dict(v: ServerView) -> dict[str, Any]:
+    """The JSON form of one server (the fields riffle-ctl's ``instances`` table shows)."""
+    n = v.node
+    return {
+        "id": n.id,
+        "ip": n.ip,
+        "grpc_port": n.grpc_port,
+        "netty_port": n.netty_port,
+        "http_port": n.http_port,
+        "status": v.status.name,
+        "reported_status": n.reported_status.name,
+        "operator_status": v.operator_status.name if v.operator_status is not None else None,
+        "excluded": v.excluded,
+        "is_healthy": n.is_healthy,
+        "tags": sorted(n.tags),
+        "used_memory": n.used_memory,
+        "pre_allocated_memory": n.pre_allocated_memory,
+        "available_memory": n.available_memory,
+        "event_num_in_flush": n.event_num_in_flush,
+        "assigned_partitions": v.assigned_partitions,
+        "total_assigned_partitions": v.total_assigned_partitions,
+        "app_count": len(n.app_ids),
+        "registered_ms": v.registered_epoch_ms,
+        "last_heartbeat_ms": v.last_heartbeat_epoch_ms,
+        "start_time_ms": n.start_time_ms,
+        "version": n.version,
+        "git_commit_id": n.git_commit_id,
+        "disks": [
+            {
+                "mount_point": d.mount_point,
+                "media": d.media,
+                "capacity": d.capacity_bytes,
+                "used_bytes": d.used_bytes,
+                "status": d.status,
+            }
+            for d in n.disks
+        ],
+    }
+
+
+def app_to_dict(a: AppView) -> dict[str, Any]:
+    """The JSON form of one application."""
+    out: dict[str, Any] = {
+        "app_id": a.app_id,
+        "user": a.user,
+        "version": a.version,
+        "git_commit_id": a.git_commit_id,
+        "registered_ms": a.registered_epoch_ms,
+        "last_heartbeat_ms": a.last_heartbeat_epoch_ms,
+        "shuffles": a.shuffles,
+        "partitions": a.partitions,
+        "servers": list(a.servers),
+    }
+    if a.expired_epoch_ms is not None:
+        out["expired_ms"] = a.expired_epoch_ms
+    return out
+
+
+def _json(obj: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(obj), status=status, content_type="application/json")
+
+
+def _error(status: int, message: str) -> web.Response:
+    return _json({"error": message}, status=status)
+
+
+def build_app(
+    *,
+    cluster_ref: ActorRef,
+    apps_ref: ActorRef,
+    rpc_calls: Callable[[], dict[str, int]],
+    uptime_s: Callable[[], float],
+) -> web.Application:
+    """The aiohttp application; the caller runs it (``runtime.Coordinator``)."""
+
+    async def servers(_: web.Request) -> web.Response:
+        views = await cluster_ref.ask(msgs.ListServers())
+        return _json([server_to_dict(v) for v in views])
+
+    async def server(request: web.Request) -> web.Response:
+        sid = request.match_info["id"]
+        for v in await cluster_ref.ask(msgs.ListServers()):
+            if v.node.id == sid:
+                return _json(server_to_dict(v))
+        return _error(404, f"unknown server {sid!r}")
+
+    async def set_status(request: web.Request) -> web.Response:
+        sid = request.match_info["id"]
+        try:
+            body = orjson.loads(await request.read())
+            status = ServerStatus[body["status"]]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            return _error(400, 'body must be {"status": "DECOMMISSIONING"} or {"status": "ACTIVE"}')
+        if status not in (ServerStatus.ACTIVE, ServerStatus.DECOMMISSIONING):
+            return _error(400, f"status must be ACTIVE or DECOMMISSIONING, not {status.name}")
+        try:
+            view = await cluster_ref.ask(msgs.SetServerStatus(server_id=sid, status=status))
+        except msgs.UnknownServerError as e:
+            return _error(404, str(e))
+        return _json(server_to_dict(view))
+
+    async def apps(_: web.Request) -> web.Response:
+        return _json([app_to_dict(a) for a in await apps_ref.ask(msgs.ListApps())])
+
+    async def historical_apps(_: web.Request) -> web.Response:
+        return _json([app_to_dict(a) for a in await apps_ref.ask(msgs.ListApps(historical=True))])
+
+    async def health(_: web.Request) -> web.Response:
+        views = await cluster_ref.ask(msgs.ListServers())
+        live = await apps_ref.ask(msgs.ListApps())
+        return _json(
+            {
+                "status": "ok",
+                "servers": len(views),
+                "active_servers": sum(1 for v in views if v.status is ServerStatus.ACTIVE),
+                "apps": len(live),
+                "uptime_s": round(uptime_s(), 3),
+                "version": __version__,
+                "rpc_calls": dict(sorted(rpc_calls().items())),
+            }
+        )
+
+    app = web.Application()
+    app.router.add_get("/api/servers", servers)
+    app.router.add_get("/api/servers/{id}", server)
+    app.router.add_post("/api/servers/{id}/status", set_status)
+    app.router.add_get("/api/apps", apps)
+    app.router.add_get("/api/historical_apps", historical_apps)
+    app.router.add_get("/api/health", health)
+    return app

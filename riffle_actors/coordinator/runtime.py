@@ -1,0 +1,139 @@
+"""Composition root of the coordinator: actors + gRPC server + HTTP server, started and stopped together.
+
+``Coordinator(cfg, clock=...)`` builds, on ``await start()``:
+
+- an ``ActorSystem`` whose root supervisor keeps ``ClusterActor`` and ``AppRegistryActor``
+  alive (PERMANENT; a restarted incarnation wraps the same registry object, so a crash loses
+  no membership);
+- a grpc.aio server with ``CoordinatorService`` on ``cfg.grpc_port`` (0 = any free port;
+  message limits raised because a large shuffle's assignment exceeds gRPC's 4 MiB default);
+- an aiohttp site with ``http.build_app`` on ``cfg.http_port``.
+
+The bound ports are ``grpc_port`` / ``http_port`` after start. ``stop()`` closes the listeners
+(in-flight RPCs get a short grace) and then stops every actor. Use it as ``async with``.
+
+It does not cover: command-line handling, logging or signals (``main.py`` via ``daemon.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Self
+
+import grpc
+from aiohttp import web
+from loguru import logger
+
+from riffle_actors.actors import ActorRef, ActorSystem, ChildSpec, RestartPolicy
+from riffle_actors.clock import Clock, SystemClock
+from riffle_actors.coordinator.actors import AppRegistryActor, ClusterActor
+from riffle_actors.coordinator.apps import AppRegistry
+from riffle_actors.coordinator.cluster import ClusterRegistry, ExcludeFile
+from riffle_actors.coordinator.config import CoordinatorConfig
+from riffle_actors.coordinator.http import build_app
+from riffle_actors.coordinator.service import CoordinatorService
+from riffle_actors.protocol.proto import uniffle_pb2_grpc as pb_grpc
+
+GRPC_OPTIONS = [
+    ("grpc.max_receive_message_length", 256 << 20),
+    ("grpc.max_send_message_length", 256 << 20),
+    ("grpc.so_reuseport", 0),
+]
+
+
+class Coordinator:
+    """See the module docstring."""
+
+    def __init__(self, cfg: CoordinatorConfig, *, clock: Clock | None = None, bind_host: str = "0.0.0.0"):
+        self.cfg = cfg
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.bind_host = bind_host
+        self.cluster = ClusterRegistry(
+            clock=self.clock,
+            heartbeat_timeout_s=cfg.server.heartbeat_timeout_sec,
+            strategy=cfg.assignment_strategy,
+            host_strategy=cfg.assignment_host_strategy,
+            max_servers=cfg.max_assignment_servers,
+        )
+        self.apps = AppRegistry(
+            clock=self.clock, heartbeat_timeout_s=cfg.app.heartbeat_timeout_sec, history_size=cfg.app.history_size
+        )
+        self.system = ActorSystem(clock=self.clock)
+        self.cluster_ref: ActorRef | None = None
+        self.apps_ref: ActorRef | None = None
+        self.service: CoordinatorService | None = None
+        self.grpc_port = 0
+        self.http_port = 0
+        self._grpc: grpc.aio.Server | None = None
+        self._http: web.AppRunner | None = None
+        self._started_at = 0.0
+
+    async def start(self) -> None:
+        cfg, clock = self.cfg, self.clock
+        self._started_at = clock.monotonic()
+        exclude = ExcludeFile(cfg.exclude_nodes_file) if cfg.exclude_nodes_file else None
+        self.cluster_ref = await self.system.start_child(
+            None,
+            ChildSpec(
+                "cluster",
+                lambda: ClusterActor(
+                    self.cluster,
+                    clock=clock,
+                    tick_interval_s=cfg.expiry_check_interval_sec,
+                    exclude_file=exclude,
+                    exclude_check_interval_s=cfg.exclude_nodes_check_interval_sec,
+                ),
+                RestartPolicy.PERMANENT,
+            ),
+        )
+        self.apps_ref = await self.system.start_child(
+            None,
+            ChildSpec(
+                "apps",
+                lambda: AppRegistryActor(self.apps, clock=clock, tick_interval_s=cfg.expiry_check_interval_sec),
+                RestartPolicy.PERMANENT,
+            ),
+        )
+        try:
+            self.service = CoordinatorService(cfg, cluster_ref=self.cluster_ref, apps_ref=self.apps_ref)
+            self._grpc = grpc.aio.server(options=GRPC_OPTIONS)
+            pb_grpc.add_CoordinatorServerServicer_to_server(self.service, self._grpc)
+            self.grpc_port = self._grpc.add_insecure_port(f"{self.bind_host}:{cfg.grpc_port}")
+            if self.grpc_port == 0:
+                raise OSError(f"cannot bind gRPC port {cfg.grpc_port} on {self.bind_host}")
+            await self._grpc.start()
+
+            service = self.service
+            app = build_app(
+                cluster_ref=self.cluster_ref,
+                apps_ref=self.apps_ref,
+                rpc_calls=lambda: dict(service.rpc_calls),
+                uptime_s=lambda: clock.monotonic() - self._started_at,
+            )
+            self._http = web.AppRunner(app, access_log=None, handle_signals=False)
+            await self._http.setup()
+            site = web.TCPSite(self._http, self.bind_host, cfg.http_port, reuse_address=True)
+            await site.start()
+            self.http_port = self._http.addresses[0][1]
+        except BaseException:
+            await self.stop()
+            raise
+        logger.info(
+            "coordinator up: grpc {} http {} (strategy {}, hosts {})",
+            self.grpc_port, self.http_port, cfg.assignment_strategy.value, cfg.assignment_host_strategy.value,
+        )
+
+    async def stop(self, grace_s: float = 1.0) -> None:
+        if self._grpc is not None:
+            await self._grpc.stop(grace_s)
+            self._grpc = None
+        if self._http is not None:
+            await self._http.cleanup()
+            self._http = None
+        await self.system.stop_all()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()

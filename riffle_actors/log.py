@@ -1,0 +1,82 @@
+"""Logging setup for the daemons: the only place loguru sinks are configured.
+
+Library code only does ``from loguru import logger`` and ``logger.bind(app_id=...)``; the
+daemon entry point (``riffle_actors.daemon``) calls ``setup_logging`` once with the ``[log]``
+section. With ``path`` set the log goes to that file with loguru rotation/retention (and also
+to stderr unless ``to_stderr`` is False, which is what ``--daemon`` uses since a detached
+daemon's stderr is /dev/null); without it, to stderr only.
+
+It does not cover: metrics, or rate limiting of repetitive warnings (callers use
+``RateLimitedLog`` below where a warning may repeat every tick).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from loguru import logger
+
+from riffle_actors.config import LogConfig
+
+_FORMAT = (
+    "{time:YYYY-MM-DD HH:mm:ss.SSS} | {level: <7} | {process} | {name}:{line} | {message}"
+    "{extra[ctx]}"
+)
+
+
+def _add_context(record: dict) -> None:  # type: ignore[type-arg]
+    # Render bound context (app_id=..., trace_id=...) after the message without a custom sink.
+    extra = {k: v for k, v in record["extra"].items() if k != "ctx"}
+    record["extra"]["ctx"] = (" | " + " ".join(f"{k}={v}" for k, v in extra.items())) if extra else ""
+
+
+def setup_logging(cfg: LogConfig, *, to_stderr: bool = True) -> None:
+    """Replace every loguru sink with the ones ``cfg`` asks for."""
+    logger.remove()
+    logger.configure(patcher=_add_context)  # type: ignore[arg-type]
+    level = cfg.level.upper()
+    if cfg.path:
+        parent = os.path.dirname(os.path.abspath(cfg.path))
+        os.makedirs(parent, exist_ok=True)
+        logger.add(
+            cfg.path,
+            level=level,
+            format=_FORMAT,
+            rotation=cfg.rotation,
+            retention=cfg.retention,
+            enqueue=False,
+            backtrace=False,
+            diagnose=False,
+        )
+    if to_stderr or not cfg.path:
+        logger.add(sys.stderr, level=level, format=_FORMAT, backtrace=False, diagnose=False)
+
+
+class RateLimitedLog:
+    """Lets a repeated message through at most once per ``interval_s`` per key.
+
+    ``should_log(key)`` returns ``(True, suppressed)`` when the caller should log now, where
+    ``suppressed`` counts the calls swallowed since the last one, so the log line can say so.
+    """
+
+    def __init__(self, interval_s: float, *, monotonic=time.monotonic):  # type: ignore[no-untyped-def]
+        self.interval_s = interval_s
+        self._monotonic = monotonic
+        self._last: dict[str, float] = {}
+        self._suppressed: dict[str, int] = {}
+
+    def should_log(self, key: str) -> tuple[bool, int]:
+        now = self._monotonic()
+        last = self._last.get(key)
+        if last is not None and now - last < self.interval_s:
+            self._suppressed[key] = self._suppressed.get(key, 0) + 1
+            return False, 0
+        self._last[key] = now
+        return True, self._suppressed.pop(key, 0)
+
+    def reset(self, key: str) -> None:
+        """Forget ``key`` (e.g. the coordinator answered again), so the next failure logs at once."""
+        self._last.pop(key, None)
+        self._suppressed.pop(key, None)
