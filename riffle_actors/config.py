@@ -102,7 +102,8 @@ class MemoryStoreConfig(StrictModel):
 class LocalfileStoreConfig(StrictModel):
     """``[localfile_store]``: the local disks, one Disk actor each."""
 
-    data_paths: list[str] = Field(default_factory=list, description="one directory per disk")
+    data_paths: list[str] = Field(default_factory=list, description="one directory per disk",
+                                  json_schema_extra={"example": ["/data1/riffle", "/data2/riffle"]})
     min_number_of_available_disks: int = Field(1, ge=0, description="fewer healthy disks = server UNHEALTHY")
     disk_high_watermark: float = Field(0.8, gt=0, le=1, description="used ratio at which a disk stops taking data")
     disk_low_watermark: float = Field(0.7, gt=0, le=1, description="used ratio at which a full disk is re-admitted")

@@ -63,10 +63,13 @@ def render(model: type[BaseModel], title: str) -> str:
 def _key_lines(name: str, field) -> list[str]:
     desc = field.description or ""
     default = field.get_default(call_default_factory=True)
+    example = (field.json_schema_extra or {}).get("example") if isinstance(field.json_schema_extra, dict) else None
+    if example is not None:
+        return [f"{name} = {_toml_value(example)}   # {desc} (example; default {_toml_value(default)})"]
     if default is None:
         return [f"# {name} = ...   # {desc} (unset by default)"]
     if isinstance(default, dict) and not default:
-        return [f"# {name}: {desc}", f"# [{name}]  (a table; empty by default)"]
+        return [f"{name} = {{}}   # {desc} (a table of strings)"]
     return [f"{name} = {_toml_value(default)}   # {desc}" if desc else f"{name} = {_toml_value(default)}"]
 
 
