@@ -42,6 +42,16 @@ data_paths = ["{data}"]
 """
 
 
+def _die_with_parent() -> None:
+    """Child-side: get SIGTERM when riffle-local itself dies, so no daemon is ever orphaned."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
 def _wait_port_file(path: Path, proc: subprocess.Popen, what: str, timeout_s: float = 60) -> dict:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -83,9 +93,6 @@ def main(argv: list[str] | None = None) -> int:
     coord_cfg = run / "coordinator.toml"
     coord_cfg.write_text(_COORDINATOR_DEFAULT.format(grpc=opts.coordinator_port, http=opts.coordinator_http_port))
     server_cfg = run / "server.toml"
-    server_cfg.write_text(_SERVER_DEFAULT.format(grpc=opts.server_port, http=opts.server_http_port,
-                                                 coordinator=opts.coordinator_port, capacity=opts.capacity,
-                                                 data=data / "riffle-server"))
     procs: list[subprocess.Popen] = []
 
     def shutdown(*_args) -> None:
@@ -98,14 +105,22 @@ def main(argv: list[str] | None = None) -> int:
             except subprocess.TimeoutExpired:
                 p.kill()
 
-    signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
+    def on_sigterm(*_args) -> None:
+        raise KeyboardInterrupt  # leave the wait loop through the same path as Ctrl-C
+
+    signal.signal(signal.SIGTERM, on_sigterm)
     try:
         coord = subprocess.Popen([sys.executable, "-m", "riffle_actors.coordinator", "--config", str(coord_cfg),
-                                  "--port-file", str(run / "coordinator.json")])
+                                  "--port-file", str(run / "coordinator.json")],
+                                 preexec_fn=_die_with_parent)
         procs.append(coord)
         c = _wait_port_file(run / "coordinator.json", coord, "riffle-coordinator")
+        server_cfg.write_text(_SERVER_DEFAULT.format(grpc=opts.server_port, http=opts.server_http_port,
+                                                     coordinator=c["grpc_port"], capacity=opts.capacity,
+                                                     data=data / "riffle-server"))
         server = subprocess.Popen([sys.executable, "-m", "riffle_actors.server", "--config", str(server_cfg),
-                                   "--port-file", str(run / "server.json")])
+                                   "--port-file", str(run / "server.json")],
+                                  preexec_fn=_die_with_parent)
         procs.append(server)
         s = _wait_port_file(run / "server.json", server, "riffle-server")
         _wait_registered(c["http_port"])
