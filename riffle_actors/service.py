@@ -3,8 +3,9 @@
 Every transport (gRPC now, urpc later) decodes a request into plain values, calls one method
 here and encodes the result; errors are ``RiffleError`` subclasses whose status is mapped in
 one place (``riffle_actors.errors.to_status``). This is where the RPCs' order of checks from
-spec §2 lives: app check, ticket handling, the conversion of a ticket into used memory, the
-routing of reads to memory or to the disks that hold a partition's files.
+spec §2 lives: app check, ticket handling (a taken ticket is handed to the AppActor, which
+converts it into used memory; a cancelled RPC cannot strand it), the routing of reads to
+memory or to the disks that hold a partition's files.
 
 It owns no state: the actors do. It holds their refs and the read-only ``AppDirectory``.
 
@@ -13,6 +14,7 @@ See also: ``riffle_actors.transport.grpc_server`` (the gRPC adapter), ``riffle_a
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 from riffle_actors.actors import ActorDeadError, ActorRef
@@ -28,6 +30,12 @@ from riffle_actors.protocol.bitmap import TaskIdFilter
 from riffle_actors.protocol.blockid import BlockIdLayout
 from riffle_actors.protocol.errors import ProtocolError
 from riffle_actors.records import Block
+
+
+def _consume_exception(fut: asyncio.Future) -> None:
+    """Mark a shielded task's failure as seen (its RPC may have been cancelled meanwhile)."""
+    if not fut.cancelled():
+        fut.exception()
 
 
 class ShuffleService:
@@ -78,16 +86,23 @@ class ShuffleService:
         app = self._app(app_id)
         if not partitions:
             raise InternalError("No data in request")
-        ticket_size = await self.memory.ask(TakeTicket(ticket_id=ticket_id, app_id=app_id))
-        accepted = 0
-        try:
-            accepted = await app.ask(AppendBlocks(shuffle_id=shuffle_id, partitions=partitions))
-        except ActorDeadError:
-            raise NoRegisterError(f"app {app_id!r} was removed") from None
-        finally:
-            self.memory.tell_nowait(CommitTicket(app_id=app_id, ticket_size=ticket_size, used=accepted))
+        # shielded: a cancelled RPC (client deadline) must not strand a taken ticket's reservation
+        inner = asyncio.ensure_future(self._take_ticket_and_append(app, app_id, shuffle_id, ticket_id, partitions))
+        inner.add_done_callback(_consume_exception)
+        accepted = await asyncio.shield(inner)
         self.metrics.received_bytes.inc(accepted)
         return accepted
+
+    async def _take_ticket_and_append(self, app: ActorRef, app_id: str, shuffle_id: int, ticket_id: int,
+                                      partitions: tuple[tuple[int, tuple[Block, ...]], ...]) -> int:
+        ticket_size = await self.memory.ask(TakeTicket(ticket_id=ticket_id, app_id=app_id))
+        try:
+            # the AppActor converts the ticket into used memory (CommitTicket) once it processed this
+            return await app.ask(AppendBlocks(shuffle_id=shuffle_id, partitions=partitions, ticket_size=ticket_size))
+        except ActorDeadError:
+            # never processed: the reservation is ours to give back
+            self.memory.tell_nowait(CommitTicket(app_id=app_id, ticket_size=ticket_size, used=0))
+            raise NoRegisterError(f"app {app_id!r} was removed") from None
 
     async def report_shuffle_result(self, app_id: str, shuffle_id: int, task_attempt_id: int,
                                     partition_to_block_ids: tuple[tuple[int, tuple[int, ...]], ...]) -> int:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from loguru import logger
 
 from riffle_actors.actors import Actor, ActorDeadError, ActorRef
-from riffle_actors.actors.memory import MarkInFlight, ReleaseMemory
+from riffle_actors.actors.memory import CommitTicket, MarkInFlight, ReleaseMemory
 from riffle_actors.actors.spill import SpillCompleted, SpillJob
 from riffle_actors.clock import Clock
 from riffle_actors.errors import InvalidRequestError, RiffleError
@@ -43,10 +43,15 @@ class RegisterShuffle:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AppendBlocks:
-    """All partitions of one sendShuffleData request."""
+    """All partitions of one sendShuffleData request, paid for by a ticket of ``ticket_size`` bytes.
+
+    Once the message is processed (whatever its outcome) the AppActor has told the MemoryManager
+    ``CommitTicket``; the sender gives the reservation back itself only on ``ActorDeadError``.
+    """
 
     shuffle_id: int
     partitions: tuple[tuple[int, tuple[Block, ...]], ...]
+    ticket_size: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -182,6 +187,12 @@ class AppActor(Actor):
                 return scheduled
             case SpillAll():
                 return self._spill_and_wait(None)
+            case PurgeShuffle(shuffle_id=sid):
+                # no app check: an expired app may still drop a shuffle
+                self._purge_shuffle(sid)
+                return state.last_epoch  # the disks fence every incarnation up to this one
+            case AppendBlocks():
+                return self._append(msg)
             case RegisterShuffle():
                 state.touch()
                 if msg.user:
@@ -194,18 +205,6 @@ class AppActor(Actor):
         state.check_alive()
         state.touch()
         match msg:
-            case AppendBlocks(shuffle_id=sid, partitions=partitions):
-                shuffle = state.shuffle(sid)
-                # resolve every partition first: a NO_REGISTER must not leave half a request behind
-                targets = [(pid, shuffle.partition(pid), blocks) for pid, blocks in partitions]
-                accepted = 0
-                for pid, p, blocks in targets:
-                    accepted += p.buffer.append(blocks)
-                    limit = self._spill_limit(p)
-                    if limit is not None and p.buffer.staging_bytes >= limit:
-                        self._spill(sid, pid, p)
-                state.received_bytes += accepted
-                return accepted
             case GetMemoryData():
                 shuffle = state.shuffles.get(msg.shuffle_id)
                 p = shuffle.partitions.get(msg.partition_id) if shuffle else None
@@ -229,10 +228,38 @@ class AppActor(Actor):
             case FinishShuffle(shuffle_id=sid):
                 state.shuffle(sid)
                 return self._spill_and_wait(sid)
-            case PurgeShuffle(shuffle_id=sid):
-                return self._purge_shuffle(sid)
             case _:
                 raise InvalidRequestError(f"unexpected message {type(msg).__name__}")
+
+    def _append(self, msg: AppendBlocks) -> int:
+        """Append a send's blocks; returns the budget bytes accepted (duplicates are dropped)."""
+        state = self.state
+        sid = msg.shuffle_id
+        accepted = 0
+        appended: list[tuple[int, PartitionState]] = []
+        try:
+            state.check_alive()
+            state.touch()
+            shuffle = state.shuffle(sid)
+            # resolve every partition first: a NO_REGISTER must not leave half a request behind
+            targets = [(pid, shuffle.partition(pid), blocks) for pid, blocks in msg.partitions]
+            for pid, _p, blocks in targets:
+                for b in blocks:
+                    if b.block_id < 0:  # not a Java block id; it would also break the id bitmaps
+                        raise InvalidRequestError(f"partition {pid}: negative blockId {b.block_id}")
+            for pid, p, blocks in targets:
+                accepted += p.buffer.append(blocks)
+                appended.append((pid, p))
+            state.received_bytes += accepted
+        finally:
+            # the ticket becomes used memory here, in this actor, so the MemoryManager sees it
+            # before the MarkInFlight of a spill of these blocks and before any purge of the app
+            self.memory.tell_nowait(CommitTicket(app_id=self.app_id, ticket_size=msg.ticket_size, used=accepted))
+        for pid, p in appended:
+            limit = self._spill_limit(p)
+            if limit is not None and p.buffer.staging_bytes >= limit:
+                self._spill(sid, pid, p)
+        return accepted
 
     # ------------------------------------------------------------- spills
     def _spill_limit(self, p: PartitionState) -> int | None:
@@ -254,14 +281,17 @@ class AppActor(Actor):
         self.memory.tell_nowait(MarkInFlight(app_id=self.app_id, size=flight.size))
         self.spill.tell_nowait(SpillJob(app_id=self.app_id, shuffle_id=shuffle_id, partition_id=partition_id,
                                        flight_id=flight.flight_id, blocks=blocks,
-                                       preferred_disk=p.current_disk, reply_to=self.ref))
+                                       preferred_disk=p.current_disk, reply_to=self.ref,
+                                       epoch=self.state.shuffles[shuffle_id].epoch))
         return flight.size
 
     def _complete_flight(self, done: SpillCompleted) -> None:
         shuffle = self.state.shuffles.get(done.shuffle_id)
-        p = shuffle.partitions.get(done.partition_id) if shuffle else None
+        if shuffle is None or shuffle.epoch != done.epoch:
+            return  # shuffle purged meanwhile (maybe registered again): the purge released its memory
+        p = shuffle.partitions.get(done.partition_id)
         if p is None:
-            return  # shuffle purged meanwhile: its memory was released by the purge
+            return
         if done.disk is not None and done.disk not in p.disks:
             p.disks.append(done.disk)
         size = p.buffer.complete_flight(done.flight_id)

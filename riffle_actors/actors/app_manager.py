@@ -32,12 +32,13 @@ from loguru import logger
 from riffle_actors.actors import Actor, ActorDeadError, ActorRef, ChildSpec, RestartPolicy, Terminated
 from riffle_actors.actors.app import AppActor, GetAppInfo, GetSpillCandidates, IsExpired, PurgeShuffle, \
     SpillAll, SpillPartitions
-from riffle_actors.actors.disk import PurgeFiles
+from riffle_actors.actors.disk import PurgeFiles, UnfenceApp
 from riffle_actors.actors.memory import PurgeAppMemory, SpillLargest, SpillRoundDone
 from riffle_actors.clock import Clock
 from riffle_actors.errors import InvalidRequestError, RiffleError
 
 _APP_ID_RE = re.compile(r"^[A-Za-z0-9._@:+=,-]{1,255}$")
+_FENCE_EVERY_EPOCH = 1 << 62
 
 
 def check_app_id(app_id: str) -> None:
@@ -115,6 +116,8 @@ class AppManagerActor(Actor):
                     raise InvalidRequestError(f"app {app_id} is being removed")
                 ref = self.directory.get(app_id)
                 if ref is None or not ref.is_alive:
+                    for disk in self.disks:  # the id may have been purged before: lift its disk fences
+                        await disk.tell(UnfenceApp(app_id))
                     # temporary: a crashed app is purged, never silently restarted with lost data
                     spec = ChildSpec(f"app:{app_id}", partial(self.app_factory, app_id), RestartPolicy.TEMPORARY)
                     if self.apps_supervisor is not None:
@@ -129,14 +132,15 @@ class AppManagerActor(Actor):
                 await self._purge_app(app_id, reason)
             case PurgeAppShuffle(app_id=app_id, shuffle_id=shuffle_id):
                 ref = self.directory.get(app_id)
+                epoch = _FENCE_EVERY_EPOCH  # app gone: its own purge follows (a new incarnation is unfenced)
                 if ref is not None:
                     try:
-                        await ref.ask(PurgeShuffle(shuffle_id))
+                        epoch = await ref.ask(PurgeShuffle(shuffle_id))
                     except ActorDeadError:
                         pass
                 await self.memory.tell(PurgeAppMemory(app_id=app_id, shuffle_id=shuffle_id))
                 for disk in self.disks:
-                    await disk.tell(PurgeFiles(app_id=app_id, shuffle_id=shuffle_id))
+                    await disk.tell(PurgeFiles(app_id=app_id, shuffle_id=shuffle_id, epoch=epoch))
                 logger.bind(app_id=app_id).info("shuffle {} of app {} purged", shuffle_id, app_id)
             case CheckExpiredApps():
                 for app_id, ref in list(self.directory.items()):

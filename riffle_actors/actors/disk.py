@@ -3,7 +3,9 @@
 It serialises appends on one writer thread (so a partition's index records stay in
 data-file order, spec §5.4) and serves index/data reads on a small reader pool, never on
 the event loop. Purges run on the writer thread too, after every write accepted before
-them, and fence the purged app/shuffle so a late spill cannot recreate its files.
+them, and fence the purged app/shuffle so a late spill cannot recreate its files. A shuffle
+fence covers the purged incarnations only (writes carry the shuffle's ``epoch``), so a shuffle
+id registered again is written normally; an app id registered again is unfenced (``UnfenceApp``).
 
 Replies are "reply later" futures: the mailbox keeps flowing while the threads work.
 Failures surface as ``DiskIOError`` (an ``OSError`` classified by errno, naming the disk);
@@ -60,6 +62,7 @@ class WriteBatch:
     shuffle_id: int
     partition_id: int
     blocks: tuple[Block, ...]
+    epoch: int = 0  # incarnation of the shuffle; see PurgeFiles
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +90,22 @@ class ReadData:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PurgeFiles:
+    """Delete an app's (or one shuffle's) files and fence them against late writes.
+
+    A shuffle fence covers the incarnations up to ``epoch``: a shuffle id registered again later
+    writes with a higher epoch and is not fenced.
+    """
+
     app_id: str
     shuffle_id: int | None = None
+    epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class UnfenceApp:
+    """The app id was registered again after a purge: its new data must be written, not dropped."""
+
+    app_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +124,7 @@ class DiskInfo:
     write_failures: int
 
 
-DiskMsg = WriteBatch | ReadIndex | ReadData | PurgeFiles | GetDiskInfo
+DiskMsg = WriteBatch | ReadIndex | ReadData | PurgeFiles | UnfenceApp | GetDiskInfo
 
 _FENCE_LIMIT = 10_000
 
@@ -122,8 +139,9 @@ class DiskActor(Actor):
         self.read_threads = read_threads
         self._writer: ThreadPoolExecutor | None = None
         self._reader: ThreadPoolExecutor | None = None
-        # purged apps / shuffles, newest last; bounded so a long-lived server does not grow
-        self._fenced: OrderedDict[tuple[str, int | None], None] = OrderedDict()
+        # purged apps / shuffles -> newest fenced shuffle epoch, newest last; bounded so a
+        # long-lived server does not grow
+        self._fenced: OrderedDict[tuple[str, int | None], int] = OrderedDict()
         self.written_bytes = 0
         self.write_failures = 0
         self.healthy = True
@@ -139,14 +157,14 @@ class DiskActor(Actor):
                 pool.shutdown(wait=True, cancel_futures=False)
         self._writer = self._reader = None
 
-    def _is_fenced(self, app_id: str, shuffle_id: int) -> bool:
-        return (app_id, None) in self._fenced or (app_id, shuffle_id) in self._fenced
+    def _is_fenced(self, app_id: str, shuffle_id: int, epoch: int) -> bool:
+        return (app_id, None) in self._fenced or self._fenced.get((app_id, shuffle_id), -1) >= epoch
 
     def receive(self, msg: DiskMsg):
         loop = asyncio.get_running_loop()
         match msg:
             case WriteBatch():
-                if self._is_fenced(msg.app_id, msg.shuffle_id):
+                if self._is_fenced(msg.app_id, msg.shuffle_id, msg.epoch):
                     raise AppPurgedError(f"app {msg.app_id} shuffle {msg.shuffle_id} was purged")
                 return self._finish_write(msg, loop.run_in_executor(
                     self._writer, localfile.append_batch, self.root, msg.app_id, msg.shuffle_id,
@@ -159,11 +177,17 @@ class DiskActor(Actor):
                     self._reader, localfile.read_data, self.root, msg.app_id, msg.shuffle_id,
                     msg.partition_id, msg.offset, msg.length))
             case PurgeFiles():
-                self._fenced[(msg.app_id, msg.shuffle_id)] = None
+                key = (msg.app_id, msg.shuffle_id)
+                self._fenced[key] = max(self._fenced.pop(key, -1), msg.epoch)
                 while len(self._fenced) > _FENCE_LIMIT:
                     self._fenced.popitem(last=False)
                 return self._wrap("purge", loop.run_in_executor(
                     self._writer, localfile.remove_app, self.root, msg.app_id, msg.shuffle_id))
+            case UnfenceApp(app_id=app_id):
+                # late spills of the purged incarnation are dropped by the SpillDispatcher (their
+                # owner is dead); writes queued after this message belong to the new incarnation
+                for key in [k for k in self._fenced if k[0] == app_id]:
+                    del self._fenced[key]
             case GetDiskInfo():
                 try:
                     capacity, used = localfile.usage(self.root)

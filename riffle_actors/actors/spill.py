@@ -39,6 +39,7 @@ class SpillJob:
     blocks: tuple[Block, ...]
     preferred_disk: str | None
     reply_to: ActorRef
+    epoch: int = 0  # incarnation of the shuffle (``ShuffleState.epoch``), echoed in SpillCompleted
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -50,6 +51,7 @@ class SpillCompleted:
     flight_id: int
     disk: str | None
     data_bytes: int
+    epoch: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +146,8 @@ class SpillDispatcherActor(Actor):
             data_bytes = sum(len(b.data) for b in job.blocks)
             try:
                 await job.reply_to.tell(SpillCompleted(shuffle_id=job.shuffle_id, partition_id=job.partition_id,
-                                                       flight_id=job.flight_id, disk=disk, data_bytes=data_bytes))
+                                                       flight_id=job.flight_id, disk=disk, data_bytes=data_bytes,
+                                                       epoch=job.epoch))
             except ActorDeadError:
                 pass  # the app was purged or crashed; its memory went with the purge
         finally:
@@ -156,6 +159,10 @@ class SpillDispatcherActor(Actor):
         attempt = 0
         backoff = 0.05
         while True:
+            if not job.reply_to.is_alive:
+                # the owning app was purged: its data is not wanted, and must not reach the files
+                # of a later app registered with the same id
+                return None
             disk = self.choose_disk(job, tried)
             if disk is None:
                 if tried:
@@ -171,7 +178,8 @@ class SpillDispatcherActor(Actor):
             started = self.clock.monotonic()
             try:
                 result: WriteResult = await self.disks[disk].ask(WriteBatch(
-                    app_id=job.app_id, shuffle_id=job.shuffle_id, partition_id=job.partition_id, blocks=job.blocks))
+                    app_id=job.app_id, shuffle_id=job.shuffle_id, partition_id=job.partition_id, blocks=job.blocks,
+                    epoch=job.epoch))
             except AppPurgedError:
                 return None
             except ActorDeadError:

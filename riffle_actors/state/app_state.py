@@ -15,8 +15,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from riffle_actors.clock import Clock
-from riffle_actors.errors import NoRegisterError
+from riffle_actors.errors import InvalidRequestError, NoRegisterError
 from riffle_actors.protocol.bitmap import BlockIdSet
+from riffle_actors.protocol.errors import ProtocolError
 from riffle_actors.state.buffer import PartitionBuffer
 
 
@@ -32,10 +33,15 @@ class PartitionState:
 
 
 class ShuffleState:
-    __slots__ = ("shuffle_id", "_starts", "_ends", "partitions", "reported", "commit_count", "local_order")
+    """One registered shuffle. ``epoch`` tells its incarnations apart: a shuffle id unregistered and
+    registered again (Uniffle's stage retry does that) gets a new epoch, so late spills and spill
+    completions of the old incarnation are recognised and dropped."""
 
-    def __init__(self, shuffle_id: int, local_order: bool):
+    __slots__ = ("shuffle_id", "epoch", "_starts", "_ends", "partitions", "reported", "commit_count", "local_order")
+
+    def __init__(self, shuffle_id: int, local_order: bool, epoch: int = 0):
         self.shuffle_id = shuffle_id
+        self.epoch = epoch
         self._starts: list[int] = []
         self._ends: list[int] = []
         self.partitions: dict[int, PartitionState] = {}
@@ -89,6 +95,7 @@ class AppState:
         self.user = ""
         self.properties: dict[str, str] = {}
         self.received_bytes = 0
+        self.last_epoch = 0  # epoch of the newest ShuffleState; epochs count from 1
 
     # ------------------------------------------------------------- liveness
     def touch(self) -> None:
@@ -106,7 +113,8 @@ class AppState:
     def register_shuffle(self, shuffle_id: int, ranges: Iterable[tuple[int, int]], local_order: bool) -> None:
         shuffle = self.shuffles.get(shuffle_id)
         if shuffle is None:
-            shuffle = self.shuffles[shuffle_id] = ShuffleState(shuffle_id, local_order)
+            self.last_epoch += 1
+            shuffle = self.shuffles[shuffle_id] = ShuffleState(shuffle_id, local_order, self.last_epoch)
         for start, end in ranges:
             shuffle.add_range(start, end)
 
@@ -117,15 +125,22 @@ class AppState:
         return s
 
     def report(self, shuffle_id: int, partition_to_block_ids: Iterable[tuple[int, Iterable[int]]]) -> int:
-        """Add reported block ids; returns how many ids were new."""
+        """Add reported block ids; returns how many ids were new. INVALID_REQUEST on an id outside [0, 2**63)."""
         shuffle = self.shuffle(shuffle_id)
-        new = 0
+        # validate the whole report first: a bad id rejects it without a partial update
+        batches = []
         for partition_id, block_ids in partition_to_block_ids:
+            try:
+                batches.append((partition_id, BlockIdSet(block_ids)))
+            except ProtocolError as e:
+                raise InvalidRequestError(f"partition {partition_id}: {e}") from None
+        new = 0
+        for partition_id, batch in batches:
             ids = shuffle.reported.get(partition_id)
             if ids is None:
                 ids = shuffle.reported[partition_id] = BlockIdSet()
             before = len(ids)
-            ids.update(block_ids)
+            ids.union_update(batch)
             new += len(ids) - before
         return new
 

@@ -1,0 +1,143 @@
+"""Shared fixtures of the riffle_actors test suite.
+
+- ``manual_clock``: a ``ManualClock`` to hand to a server (``server_factory(clock=manual_clock)``);
+  the test moves time with ``advance()`` and then waits on a condition.
+- ``server_config(tmp_path, **overrides)`` / ``server_factory``: a ``ServerConfig`` built through
+  ``validate_config`` (ports 0, data paths under ``tmp_path``, a small memory capacity) and an
+  in-process ``ShuffleServer`` on 127.0.0.1 that is always stopped at teardown.
+- ``server`` / ``client`` / ``stub``: one default server, a ``UniffleClient`` to it and its raw
+  ``ShuffleServerStub`` (our proto).
+- autouse ``_no_leaked_tasks``: after every async test, no asyncio task may be left running
+  (servers, channels and actors must all have been stopped).
+
+Tests wait on conditions (``tests.helpers.poll_until``), never on fixed sleeps.
+See also: ``tests.helpers`` and ``tests.helpers.client``; style guide §2.6-2.7.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from riffle_actors.clock import Clock, ManualClock
+from riffle_actors.config import ServerConfig, validate_config
+from riffle_actors.server import ShuffleServer
+from tests.helpers import leftover_tasks, poll_until
+from tests.helpers.client import UniffleClient
+
+DEFAULT_CAPACITY = "4M"
+
+
+def _merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def server_config(tmp_path: Path, *, capacity: str | int = DEFAULT_CAPACITY, disks: int = 2,
+                  **overrides: Any) -> ServerConfig:
+    """A test ``ServerConfig``: ports 0, ``disks`` data paths under ``tmp_path``, small capacity.
+
+    ``overrides`` are merged section by section, e.g. ``hybrid_store={"memory_spill_high_watermark": 0.5}``.
+    """
+    base = {
+        "grpc_port": 0,
+        "http_port": 0,
+        "grace_period_sec": 0,
+        "memory_store": {"capacity": capacity},
+        "localfile_store": {"data_paths": [str(tmp_path / f"disk{i}") for i in range(disks)]},
+        "hybrid_store": {"memory_single_buffer_max_spill_size": "1M"},
+    }
+    return validate_config(ServerConfig, _merge(base, overrides))
+
+
+ServerFactory = Callable[..., Awaitable[ShuffleServer]]
+
+
+@pytest.fixture
+def manual_clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest_asyncio.fixture
+async def server_factory(tmp_path: Path) -> AsyncIterator[ServerFactory]:
+    """``await server_factory(clock=None, **config_overrides)`` -> a started ShuffleServer.
+
+    Every server is stopped at teardown, even when the test failed; a test that stops one
+    itself calls ``await stop_server(srv)`` (idempotent) instead of ``srv.stop()``.
+    """
+    started: list[ShuffleServer] = []
+    count = 0
+
+    async def make(*, clock: Clock | None = None, **overrides: Any) -> ShuffleServer:
+        nonlocal count
+        count += 1
+        cfg = server_config(tmp_path / f"server{count}", **overrides)
+        srv = ShuffleServer(cfg, clock=clock, host="127.0.0.1")
+        started.append(srv)
+        await srv.start()
+        return srv
+
+    yield make
+    for srv in reversed(started):
+        await stop_server(srv)
+
+
+async def stop_server(srv: ShuffleServer, grace_s: float = 0) -> None:
+    """Stop a test server once (ShuffleServer.stop is not meant to be called twice)."""
+    if getattr(srv, "_test_stopped", False):
+        return
+    srv._test_stopped = True  # type: ignore[attr-defined]
+    await srv.stop(grace_s)
+
+
+@pytest_asyncio.fixture
+async def server(server_factory: ServerFactory) -> ShuffleServer:
+    return await server_factory()
+
+
+@pytest_asyncio.fixture
+async def client(server: ShuffleServer) -> AsyncIterator[UniffleClient]:
+    c = UniffleClient(f"127.0.0.1:{server.grpc_port}")
+    yield c
+    await c.close()
+
+
+@pytest.fixture
+def stub(client: UniffleClient) -> Any:
+    """The raw ``ShuffleServerStub`` (our proto) of the default server."""
+    return client.stub
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_tasks(request: pytest.FixtureRequest) -> Any:
+    """Async tests only: request the async leak check (sync tests get no event loop)."""
+    if inspect.iscoroutinefunction(getattr(request, "function", None)):
+        request.getfixturevalue("_task_leak_check")
+    yield
+
+
+@pytest_asyncio.fixture
+async def _task_leak_check() -> AsyncIterator[None]:
+    before = leftover_tasks()
+    yield
+    # tasks that end on their own shortly after the test (a closing channel) are fine
+    try:
+        await poll_until(lambda: not (leftover_tasks() - before), timeout=2.0)
+    except AssertionError:
+        leaked = leftover_tasks() - before
+        for t in leaked:
+            t.cancel()
+        await asyncio.gather(*leaked, return_exceptions=True)
+        pytest.fail(f"leaked asyncio tasks: {sorted(t.get_name() for t in leaked)}")

@@ -1,0 +1,92 @@
+"""Test helpers shared by every test directory: wait on conditions, never on fixed sleeps.
+
+- ``poll_until(pred, timeout)``: yield to the loop until ``pred()`` (sync or async) holds.
+- ``leftover_tasks()``: asyncio tasks still pending besides the current one (leak checks).
+- ``server_invariants(server)``: the cleanup invariants of a ShuffleServer once its apps are gone
+  (budget used/allocated/in-flight back to 0, no tickets, no app directory on any data path).
+
+See also: ``tests.helpers.client`` (a Uniffle client over gRPC), ``tests.helpers.upstream_proto``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+Predicate = Callable[[], Any]
+
+
+async def poll_until(pred: Predicate, timeout: float = 10.0, *, interval: float = 0.005,
+                     message: str | None = None) -> Any:
+    """Wait until ``pred()`` is truthy (``pred`` may be async); return its value.
+
+    Fails with ``AssertionError`` after ``timeout`` seconds of wall time. The interval is a
+    short poll period, not a guess of how long something takes.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        value = pred()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if loop.time() > deadline:
+            raise AssertionError(message or f"condition not met within {timeout}s: {getattr(pred, '__name__', pred)}")
+        await asyncio.sleep(interval)
+
+
+def leftover_tasks() -> set[asyncio.Task[Any]]:
+    current = asyncio.current_task()
+    return {t for t in asyncio.all_tasks() if t is not current and not t.done()}
+
+
+def app_dirs(server: Any, app_id: str | None = None) -> list[str]:
+    """Directories of ``app_id`` (or of any app) that exist on the server's data paths."""
+    found = []
+    for root in server.cfg.localfile_store.data_paths:
+        if app_id is not None:
+            path = os.path.join(root, app_id)
+            if os.path.exists(path):
+                found.append(path)
+        elif os.path.isdir(root):
+            found.extend(os.path.join(root, name) for name in os.listdir(root))
+    return found
+
+
+def budget_figures(server: Any) -> tuple[int, int, int]:
+    """(used, allocated, in_flight) of the server's memory budget (read on the loop thread)."""
+    b = server.budget
+    return b.used, b.allocated, b.in_flight
+
+
+async def wait_server_clean(server: Any, app_id: str | None = None, timeout: float = 10.0) -> None:
+    """Wait for the cleanup invariants after a purge (see module docstring), then assert them."""
+
+    def clean() -> bool:
+        return (budget_figures(server) == (0, 0, 0) and len(server.tickets) == 0
+                and not app_dirs(server, app_id)
+                and (not server.directory if app_id is None else app_id not in server.directory))
+
+    try:
+        await poll_until(clean, timeout)
+    except AssertionError:
+        raise AssertionError(
+            f"server not clean: budget (used, allocated, in_flight) = {budget_figures(server)}, "
+            f"tickets = {len(server.tickets)}, app dirs = {app_dirs(server, app_id)}, "
+            f"apps = {list(server.directory)}") from None
+
+
+async def gather_all(*aws: Awaitable[Any]) -> list[Any]:
+    """``asyncio.gather`` that cancels the siblings when one fails (no orphan tasks after a failure)."""
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        return await asyncio.gather(*tasks)
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
