@@ -44,6 +44,14 @@ def parse_byte_size(value: Any) -> int:
 ByteSize = Annotated[int, BeforeValidator(parse_byte_size)]
 
 
+class FieldProblem(ValueError):
+    """Raised by cross-field checks so the error names the offending key, not its section."""
+
+    def __init__(self, key: str, reason: str):
+        self.key = key
+        super().__init__(reason)
+
+
 class ConfigError(Exception):
     """A config file that cannot be used; ``problems`` holds ``(dotted_key, reason)`` pairs."""
 
@@ -71,7 +79,7 @@ class LogConfig(StrictModel):
     @model_validator(mode="after")
     def _check_level(self) -> LogConfig:
         if self.level.upper() not in {"TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR", "CRITICAL"}:
-            raise ValueError(f"unknown log level {self.level!r}")
+            raise FieldProblem("level", f"unknown log level {self.level!r}")
         return self
 
 
@@ -114,9 +122,9 @@ class LocalfileStoreConfig(StrictModel):
     @model_validator(mode="after")
     def _check(self) -> LocalfileStoreConfig:
         if len(set(self.data_paths)) != len(self.data_paths):
-            raise ValueError("data_paths lists the same directory twice")
+            raise FieldProblem("data_paths", "lists the same directory twice")
         if self.disk_low_watermark > self.disk_high_watermark:
-            raise ValueError("disk_low_watermark must not exceed disk_high_watermark")
+            raise FieldProblem("disk_low_watermark", "disk_low_watermark must not exceed disk_high_watermark")
         return self
 
 
@@ -133,7 +141,8 @@ class HybridStoreConfig(StrictModel):
     @model_validator(mode="after")
     def _check(self) -> HybridStoreConfig:
         if self.memory_spill_low_watermark >= self.memory_spill_high_watermark:
-            raise ValueError("memory_spill_low_watermark must be below memory_spill_high_watermark")
+            raise FieldProblem("memory_spill_low_watermark",
+                               "memory_spill_low_watermark must be below memory_spill_high_watermark")
         return self
 
 
@@ -180,13 +189,13 @@ class ServerConfig(StrictModel):
     @model_validator(mode="after")
     def _check(self) -> ServerConfig:
         if self.store_type.has_hdfs:
-            raise ValueError(f"store_type {self.store_type.value} needs the HDFS tier, which is not built yet")
+            raise FieldProblem("store_type", f"{self.store_type.value} needs the HDFS tier, which is not built yet")
         if self.store_type.has_localfile and not self.localfile_store.data_paths:
-            raise ValueError("store_type needs [localfile_store] data_paths")
+            raise FieldProblem("localfile_store.data_paths", f"store_type {self.store_type.value} needs at least one")
         for entry in self.coordinator_quorum:
             host, sep, port = entry.rpartition(":")
             if not sep or not host or not port.isdigit():
-                raise ValueError(f"coordinator_quorum entry {entry!r} is not host:port")
+                raise FieldProblem("coordinator_quorum", f"entry {entry!r} is not host:port")
         return self
 
 
@@ -205,9 +214,14 @@ def validate_config(model: type[M], data: dict[str, Any], path: str | os.PathLik
         problems = []
         for err in e.errors():
             reason = err["msg"]
+            loc = tuple(err["loc"])
             if err["type"] == "extra_forbidden":
                 reason = "unknown key"
-            problems.append((_dotted(err["loc"]), reason.removeprefix("Value error, ")))
+            cause = (err.get("ctx") or {}).get("error")
+            if isinstance(cause, FieldProblem):
+                loc += tuple(cause.key.split("."))
+                reason = str(cause)
+            problems.append((_dotted(loc), reason.removeprefix("Value error, ")))
         raise ConfigError(path, problems) from None
 
 

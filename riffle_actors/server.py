@@ -62,6 +62,8 @@ class ShuffleServer:
         self._grpc = None
         self._http = None
         self._refresher: asyncio.Task | None = None
+        self._stopped = False
+        self.app_manager = None
         self.ip = "127.0.0.1"
         self.server_id = ""
 
@@ -140,6 +142,10 @@ class ShuffleServer:
             clock=self.clock)))
 
     async def stop(self, grace_s: float | None = None) -> None:
+        """Stop serving, flush memory within the grace period, stop every actor. Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
         grace = self.cfg.grace_period_sec if grace_s is None else grace_s
         if self._refresher is not None:
             self._refresher.cancel()
@@ -147,7 +153,7 @@ class ShuffleServer:
         if self._grpc is not None:
             await self._grpc.stop(min(grace, 5.0))
             self._grpc = None
-        if grace > 0 and self.budget.used:
+        if grace > 0 and self.budget.used and self.app_manager is not None:
             try:
                 await asyncio.wait_for(self.app_manager.ask(FlushAllApps()), timeout=grace)
                 logger.info("flushed memory to disk before exit")
@@ -158,7 +164,11 @@ class ShuffleServer:
             self._http = None
         # the app manager goes first: apps stopped by the shutdown are not purged, so what was
         # flushed stays on disk (removing it is an operator's or a later recovery's decision)
-        await self.system.stop_child(None, "app_manager")
+        if self.app_manager is not None:
+            for ref in list(self.directory.values()):
+                ref.unwatch(self.app_manager)
+            await self.system.stop_child(None, "app_manager")
+            self.app_manager = None
         await self.system.stop_all()
 
     # ------------------------------------------------------------- reports

@@ -103,6 +103,8 @@ class SpillLargest:
     reply_to: ActorRef
 
 
+_SPILL_ROUND_TIMEOUT_S = 30.0
+
 MemoryMsg = (RequireBuffer | TakeTicket | CommitTicket | MarkInFlight | ReleaseMemory | PurgeAppMemory
              | ExpireTickets | SpillRoundDone | GetBudget | AttachAppManager)
 
@@ -122,6 +124,7 @@ class MemoryManagerActor(Actor):
         self.low_bytes = int(budget.capacity * low_watermark)
         self.app_manager = app_manager
         self._spill_round_active = False
+        self._spill_round_started = 0.0
         self.expired_tickets_total = 0
         self.spill_rounds_total = 0
         self._above_high_since: float | None = None
@@ -193,8 +196,13 @@ class MemoryManagerActor(Actor):
 
     def _maybe_spill(self, force: bool = False) -> None:
         self._track_watermark()
-        if self._spill_round_active or self.app_manager is None:
+        if self.app_manager is None:
             return
+        if self._spill_round_active:
+            if self.clock.monotonic() - self._spill_round_started < _SPILL_ROUND_TIMEOUT_S:
+                return
+            # the round's answer was lost (e.g. the AppManager restarted): do not stop spilling forever
+            logger.warning("spill round without an answer for {:.0f}s; starting a new one", _SPILL_ROUND_TIMEOUT_S)
         spillable = self.budget.spillable()
         pressure = self.budget.used + self.budget.allocated
         if spillable <= 0:
@@ -206,4 +214,5 @@ class MemoryManagerActor(Actor):
             except (MailboxFullError, ActorDeadError):
                 return  # the next commit or tick tries again
             self._spill_round_active = True
+            self._spill_round_started = self.clock.monotonic()
             self.spill_rounds_total += 1

@@ -84,7 +84,6 @@ def test_low_watermark_above_high_is_rejected() -> None:
     assert "memory_spill_low_watermark" in reason
 
 
-@pytest.mark.xfail(strict=True, reason="config.py reports cross-field problems on the section, not the field")
 def test_low_watermark_above_high_names_the_field() -> None:
     probs = problems_of(with_paths(hybrid_store={"memory_spill_high_watermark": 0.3,
                                                  "memory_spill_low_watermark": 0.5}))
@@ -104,7 +103,6 @@ def test_missing_data_paths() -> None:
     assert "data_paths" in f"{key} {reason}" and "localfile_store" in f"{key} {reason}"
 
 
-@pytest.mark.xfail(strict=True, reason="config.py reports a missing data_paths on <root>")
 def test_missing_data_paths_names_the_key() -> None:
     assert "localfile_store.data_paths" in problems_of({"memory_store": {"capacity": "4M"}})
 
