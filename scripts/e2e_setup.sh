@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Prepare the Spark end-to-end tier (tests/e2e): pinned pyspark, the Apache Uniffle Spark 3 client jar and
+# the TPC-DS data generator. Idempotent: every step is skipped when its result is already there.
+#
+# Environment:
+#   PYTHON                   interpreter to install into (default: python3; CI uses the system Python)
+#   PYSPARK_VERSION          pinned pyspark (default 3.5.9; must stay 3.5.x: Scala 2.12, Spark 3 shuffle API)
+#   UNIFFLE_CLIENT_VERSION   use exactly this client version (no fallback). Unset: try 0.10.0, then 0.9.2
+#   RIFFLE_E2E_CACHE         jar cache folder (default: <repo>/.cache/spark-jars)
+#   RIFFLE_E2E_SKIP_PIP=1    do not touch Python packages
+#
+# Output in the cache folder: rss-client-spark3-shaded-<v>.jar and uniffle-client.version (one line: <v>),
+# which tests/e2e/conftest.py reads.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PYTHON="${PYTHON:-python3}"
+PYSPARK_VERSION="${PYSPARK_VERSION:-3.5.9}"
+DUCKDB_VERSION="${DUCKDB_VERSION:-1.5.5}"
+CACHE="${RIFFLE_E2E_CACHE:-$REPO/.cache/spark-jars}"
+DEP_PLUGIN="org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
+UNIFFLE_GA="org.apache.uniffle:rss-client-spark3-shaded"
+
+log() { printf '[e2e-setup] %s\n' "$*"; }
+t0=$SECONDS
+mkdir -p "$CACHE"
+
+# ---------------------------------------------------------------- Python packages
+installed_version() {  # $1 = distribution name
+    "$PYTHON" - "$1" <<'EOF' 2>/dev/null || true
+import sys
+from importlib import metadata
+try:
+    print(metadata.version(sys.argv[1]))
+except metadata.PackageNotFoundError:
+    pass
+EOF
+}
+
+pip_pin() {  # $1 = distribution, $2 = version
+    local have
+    have="$(installed_version "$1")"
+    if [[ "$have" == "$2" ]]; then
+        log "$1==$2 already installed (skipped)"
+        return
+    fi
+    log "installing $1==$2 (found: ${have:-none})"
+    local s=$SECONDS
+    "$PYTHON" -m pip install --disable-pip-version-check -q "$1==$2"
+    log "installed $1==$2 in $((SECONDS - s)) s"
+}
+
+if [[ "${RIFFLE_E2E_SKIP_PIP:-0}" != "1" ]]; then
+    # pyspark 3.5.x is an sdist only (318 MB); pip builds a wheel (~25 s cold, ~3 s from pip's wheel cache).
+    pip_pin pyspark "$PYSPARK_VERSION"
+    # TPC-DS tier: DuckDB's dsdgen generates the 'tiny' (sf=0.01) data set and supplies the 99 query texts.
+    # (The Kyuubi TPC-DS connector jar is not served by the registry reachable here.)
+    pip_pin duckdb "$DUCKDB_VERSION"
+    pip_pin duckdb-extension-tpcds "$DUCKDB_VERSION"
+else
+    log "RIFFLE_E2E_SKIP_PIP=1: Python packages untouched"
+fi
+
+# ---------------------------------------------------------------- Java / Maven
+if ! command -v java >/dev/null 2>&1; then
+    log "WARNING: java not found; the e2e tests will be skipped"
+fi
+if ! command -v mvn >/dev/null 2>&1; then
+    log "WARNING: mvn not found; cannot fetch the Uniffle client jar (e2e tests will be skipped)"
+    log "done in $((SECONDS - t0)) s"
+    exit 0
+fi
+
+fetch_jar() {  # $1 = G:A:V ; returns mvn's status
+    mvn -B -q "$DEP_PLUGIN:copy" -Dartifact="$1:jar" -DoutputDirectory="$CACHE" \
+        -Dmdep.overWriteReleases=false >"$CACHE/mvn-last.log" 2>&1
+}
+
+uniffle_jar_for() { echo "$CACHE/rss-client-spark3-shaded-$1.jar"; }
+
+recorded=""
+[[ -f "$CACHE/uniffle-client.version" ]] && recorded="$(tr -d '[:space:]' <"$CACHE/uniffle-client.version")"
+
+if [[ -n "${UNIFFLE_CLIENT_VERSION:-}" ]]; then
+    candidates=("$UNIFFLE_CLIENT_VERSION")
+else
+    candidates=("0.10.0" "0.9.2")
+fi
+
+used=""
+if [[ -n "$recorded" && -s "$(uniffle_jar_for "$recorded")" ]] \
+        && { [[ -z "${UNIFFLE_CLIENT_VERSION:-}" ]] || [[ "$recorded" == "$UNIFFLE_CLIENT_VERSION" ]]; }; then
+    used="$recorded"
+    log "Uniffle client $used already in $CACHE (skipped)"
+else
+    for v in "${candidates[@]}"; do
+        jar="$(uniffle_jar_for "$v")"
+        if [[ -s "$jar" ]]; then
+            used="$v"; log "Uniffle client $v already in $CACHE (skipped)"; break
+        fi
+        s=$SECONDS
+        if fetch_jar "$UNIFFLE_GA:$v" && [[ -s "$jar" ]]; then
+            used="$v"; log "fetched $UNIFFLE_GA:$v in $((SECONDS - s)) s"; break
+        fi
+        log "registry refused $UNIFFLE_GA:$v: $( { grep -oE 'Could not find artifact [^ ]+|was not found in [^ ]+|Unable to find/resolve artifact' "$CACHE/mvn-last.log" || tail -n1 "$CACHE/mvn-last.log"; } | head -n1)"
+    done
+fi
+
+if [[ -z "$used" ]]; then
+    log "ERROR: no Uniffle client jar could be fetched (tried: ${candidates[*]}); see $CACHE/mvn-last.log"
+    exit 1
+fi
+echo "$used" >"$CACHE/uniffle-client.version"
+log "Uniffle client version used: $used ($(uniffle_jar_for "$used"))"
+rm -f "$CACHE/mvn-last.log"
+log "done in $((SECONDS - t0)) s"
