@@ -115,7 +115,20 @@ class LocalfileStoreConfig(StrictModel):
     min_number_of_available_disks: int = Field(1, ge=0, description="fewer healthy disks = server UNHEALTHY")
     disk_high_watermark: float = Field(0.8, gt=0, le=1, description="used ratio at which a disk stops taking data")
     disk_low_watermark: float = Field(0.7, gt=0, le=1, description="used ratio at which a full disk is re-admitted")
-    disk_healthy_check_interval_sec: int = Field(60, ge=1, description="health probe period")
+    disk_healthy_check_interval_sec: int = Field(
+        60, ge=1, description="health probe period (write + fsync + read back a small file, capacity check)")
+    disk_probe_timeout_sec: float = Field(
+        10.0, gt=0, description="a probe (run in its own process) not answered in time quarantines its disk; "
+                                "the stuck probe process is killed and replaced")
+    disk_probe_admin_port: int = Field(
+        0, ge=0, le=65535, description="admin port of the probes' thespian actor system; 0 = any free port")
+    disk_probation_probes: int = Field(3, ge=1, description="healthy probes in a row that re-admit a quarantined disk")
+    disk_failures_to_quarantine: int = Field(
+        3, ge=1, description="EIO (or other) IO failures in a row that quarantine a disk; ENOSPC, EROFS and "
+                             "timeouts quarantine at once")
+    disk_io_timeout_sec: float = Field(
+        60.0, gt=0, description="a disk read or write not done in time fails with TIMEOUT (a spill then "
+                                "moves to another disk); the blocked thread is left to finish")
     disk_write_threads: int = Field(1, ge=1, le=16, description="writer threads per disk (appends stay ordered)")
     disk_read_threads: int = Field(2, ge=1, le=32, description="reader threads per disk")
 

@@ -29,7 +29,7 @@ class StateSnapshot:
     apps: int = 0
     spill_pending: int = 0
     spill_running: int = 0
-    disks: list[dict] = field(default_factory=list)  # name, healthy, capacity, used, written_bytes, write_failures
+    disks: list[dict] = field(default_factory=list)  # ShuffleServer._disk_infos(): name, healthy, status, reason, ...
     actors: list = field(default_factory=list)  # MailboxStatistics
     healthy: bool = True
 
@@ -55,11 +55,20 @@ class _StateCollector:
         healthy = GaugeMetricFamily("riffle_disk_healthy", "1 when the disk takes new data", labels=["disk"])
         cap = GaugeMetricFamily("riffle_disk_capacity_bytes", "file system size of the disk", labels=["disk"])
         used = GaugeMetricFamily("riffle_disk_used_bytes", "file system bytes in use", labels=["disk"])
+        quarantines = GaugeMetricFamily("riffle_disk_quarantines", "times the disk was quarantined (EIO, ENOSPC, "
+                                        "EROFS, timeouts, failed probes)", labels=["disk"])
+        probe_failures = GaugeMetricFamily("riffle_disk_probe_failures", "failed or timed-out health probes",
+                                           labels=["disk"])
+        moved = GaugeMetricFamily("riffle_disk_spills_moved_away", "spill jobs re-routed from this disk to another",
+                                  labels=["disk"])
         for d in s.disks:
             healthy.add_metric([d["name"]], int(d["healthy"]))
             cap.add_metric([d["name"]], d["capacity"])
             used.add_metric([d["name"]], d["used"])
-        yield from (healthy, cap, used)
+            quarantines.add_metric([d["name"]], d.get("quarantines", 0))
+            probe_failures.add_metric([d["name"]], d.get("probe_failures", 0))
+            moved.add_metric([d["name"]], d.get("spills_moved_away", 0))
+        yield from (healthy, cap, used, quarantines, probe_failures, moved)
         depth = GaugeMetricFamily("riffle_actor_mailbox_depth", "messages waiting", labels=["actor"])
         restarts = GaugeMetricFamily("riffle_actor_restarts", "restarts by a supervisor", labels=["actor"])
         processed = GaugeMetricFamily("riffle_actor_processed_messages", "messages processed", labels=["actor"])
@@ -99,6 +108,9 @@ class Metrics:
         self.purged_apps = Counter("riffle_server_purged_apps", "apps purged", ["reason"], registry=r)
         self.snapshot = StateSnapshot()
         r.register(_StateCollector(self))
+
+    def on_spill_failed(self, disk: str) -> None:
+        self.spill_failures.labels(disk).inc()
 
     def on_spilled(self, disk: str, data_bytes: int, seconds: float) -> None:
         self.spill_total.labels(disk).inc()

@@ -3,8 +3,8 @@
 Builds the supervisor tree from a ``ServerConfig`` and starts the transports::
 
     root (one_for_one)
-      timer              TimerActor: ticket expiry, app expiry, heartbeats
-      storage            Supervisor of one DiskActor per data path (permanent)
+      timer              TimerActor: ticket expiry, app expiry, disk probe rounds, heartbeats
+      storage            Supervisor of one DiskActor per data path and the DiskMonitorActor (permanent)
       memory             MemoryManagerActor (permanent; budget and tickets survive its restarts)
       spill              SpillDispatcherActor (permanent)
       apps               Supervisor of one AppActor per app (temporary children)
@@ -13,6 +13,12 @@ Builds the supervisor tree from a ``ServerConfig`` and starts the transports::
 
 Shutdown (SIGTERM): stop taking RPCs (gRPC grace period), spill what is in memory within
 ``grace_period_sec``, then stop every actor; exit code 0.
+
+Disk health: a ``DiskHealthBoard`` owned by the DiskMonitor (probes out of process, IO failures
+reported by the Disk actors) decides which disks take data; the SpillDispatcher, the service's
+read path and ``health()`` read it. Each disk's thread pools, ``LocalIO`` and fences live in a
+``DiskResources`` that survives Disk actor restarts. Tests inject faults with
+``local_io_factory(name, root) -> LocalIO`` and a ``probe_fn``; nothing in the config selects them.
 
 See also: ``riffle_actors.service`` (what the transports call), ``riffle_actors.daemon``.
 """
@@ -23,30 +29,46 @@ import asyncio
 import os
 import sys
 import time
+from collections.abc import Callable
 
 from loguru import logger
 
 from riffle_actors import __version__
 from riffle_actors.actors import ActorSystem, ChildSpec, RestartPolicy, Supervisor
 from riffle_actors.actors.app import AppActor
-from riffle_actors.actors.app_manager import AppDirectory, AppManagerActor, CheckExpiredApps, FlushAllApps, \
-    GetHistory, ListApps
-from riffle_actors.actors.disk import DiskActor, GetDiskInfo
+from riffle_actors.actors.app_manager import (
+    AppDirectory,
+    AppManagerActor,
+    CheckExpiredApps,
+    FlushAllApps,
+    GetHistory,
+    ListApps,
+)
+from riffle_actors.actors.disk import DiskActor, DiskResources, GetDiskInfo
+from riffle_actors.actors.disk_monitor import DiskMonitorActor, GetProbeStats, ProbeStats, RunProbeRound
 from riffle_actors.actors.memory import AttachAppManager, ExpireTickets, GetBudget, MemoryManagerActor
 from riffle_actors.actors.spill import GetSpillStats, SpillDispatcherActor
 from riffle_actors.actors.timer import ScheduleEvery, TimerActor
 from riffle_actors.clock import Clock, SystemClock
 from riffle_actors.config import ServerConfig, load_config
+from riffle_actors.io.local import LOCAL_IO, LocalIO
+from riffle_actors.io.probe import ProbeFn, ProbeResult, probe_disk
+from riffle_actors.io.probe_fleet import ProbeFleet
 from riffle_actors.metrics import Metrics
 from riffle_actors.service import ShuffleService
 from riffle_actors.state.budget import MemoryBudget
+from riffle_actors.state.disk_health import DiskHealthBoard, DiskStatus, HealthPolicy
 from riffle_actors.state.tickets import TicketBook
 from riffle_actors.transport.grpc_server import ShuffleServerServicer, start_grpc_server
 from riffle_actors.transport.http_server import start_http_server
 
 
 class ShuffleServer:
-    def __init__(self, cfg: ServerConfig, *, clock: Clock | None = None, host: str = "0.0.0.0"):
+    def __init__(self, cfg: ServerConfig, *, clock: Clock | None = None, host: str = "0.0.0.0",
+                 local_io_factory: Callable[[str, str], LocalIO] | None = None, probe_fn: ProbeFn = probe_disk,
+                 probe_fleet_factory: Callable[[], ProbeFleet] | None = None):
+        """``local_io_factory(disk name, root)``, ``probe_fn`` (a module-level function, it runs in the
+        probe worker processes) and ``probe_fleet_factory`` are seams for fault tests."""
         self.cfg = cfg
         self.clock = clock or SystemClock()
         self.host = host
@@ -66,6 +88,18 @@ class ShuffleServer:
         self.app_manager = None
         self.ip = "127.0.0.1"
         self.server_id = ""
+        ls = cfg.localfile_store
+        self.disk_names: list[str] = list(ls.data_paths)  # a disk's name is its data path
+        self.disk_health = DiskHealthBoard(
+            [(path, path) for path in ls.data_paths],
+            HealthPolicy(high_watermark=ls.disk_high_watermark, low_watermark=ls.disk_low_watermark,
+                         failures_to_quarantine=ls.disk_failures_to_quarantine,
+                         probation_probes=ls.disk_probation_probes))
+        self._local_io_factory = local_io_factory
+        self._probe_fn = probe_fn
+        self._probe_fleet_factory = probe_fleet_factory or (
+            lambda: ProbeFleet(admin_port=ls.disk_probe_admin_port or None))
+        self._disk_resources: dict[str, DiskResources] = {}
 
     def _on_escalation(self, exc: BaseException) -> None:
         self.escalated = exc
@@ -79,11 +113,16 @@ class ShuffleServer:
         self.timer = await system.start_child(None, ChildSpec("timer", lambda: TimerActor(self.clock)))
         storage = await system.start_child(None, ChildSpec("storage", lambda: Supervisor(
             "storage", max_restarts=10, within_s=60.0, clock=self.clock)))
+        self.storage = storage
         self.disks = []
         ls = cfg.localfile_store
         for path in ls.data_paths:
-            spec = ChildSpec(f"disk:{path}", lambda p=path: DiskActor(
-                p, p, write_threads=ls.disk_write_threads, read_threads=ls.disk_read_threads))
+            # created once per disk: threads, IO layer and fences survive Disk actor restarts
+            res = self._disk_resources[path] = DiskResources(
+                path, path, local_io=self._local_io_factory(path, path) if self._local_io_factory else LOCAL_IO,
+                write_threads=ls.disk_write_threads, read_threads=ls.disk_read_threads,
+                io_timeout_s=ls.disk_io_timeout_sec)
+            spec = ChildSpec(f"disk:{path}", lambda p=path, r=res: DiskActor(p, p, resources=r))
             self.disks.append((path, await system.start_child(storage, spec)))
         hs = cfg.hybrid_store
         holder: dict = {}
@@ -93,7 +132,14 @@ class ShuffleServer:
         disk_refs = dict(self.disks)
         self.spill = await system.start_child(None, ChildSpec("spill", lambda: SpillDispatcherActor(
             disk_refs, max_concurrency=hs.memory_spill_max_concurrency, clock=self.clock,
-            on_spilled=self.metrics.on_spilled)))
+            on_spilled=self.metrics.on_spilled, on_spill_failed=self.metrics.on_spill_failed,
+            health=self.disk_health)))
+        self.disk_monitor = await system.start_child(storage, ChildSpec("disk_monitor", lambda: DiskMonitorActor(
+            board=self.disk_health, probe_timeout_s=ls.disk_probe_timeout_sec,
+            interval_s=float(ls.disk_healthy_check_interval_sec), probe_fn=self._probe_fn, clock=self.clock,
+            subscribers=[self.spill], fleet_factory=self._probe_fleet_factory)))
+        for res in self._disk_resources.values():
+            res.monitor = self.disk_monitor  # Disk actors report IO failures from now on
         apps_sup = await system.start_child(None, ChildSpec("apps", lambda: Supervisor(
             "apps", max_restarts=1000, within_s=1.0, clock=self.clock)))
         ac = cfg.app_config
@@ -115,9 +161,14 @@ class ShuffleServer:
                                            self.memory, ExpireTickets()))
         await self.timer.ask(ScheduleEvery("expire-apps", float(ac.app_expiry_check_interval_sec),
                                            self.app_manager, CheckExpiredApps()))
+        await self.timer.ask(ScheduleEvery("probe-disks", float(ls.disk_healthy_check_interval_sec),
+                                           self.disk_monitor, RunProbeRound()))
 
+        huge_limit = (int(cfg.memory_store.capacity * ac.partition_limit_memory_backpressure_ratio)
+                      if ac.partition_limit_enable else None)
         self.service = ShuffleService(directory=self.directory, app_manager=self.app_manager, memory=self.memory,
-                                      disks=self.disks, metrics=self.metrics)
+                                      disks=self.disks, metrics=self.metrics, huge_partition_limit_bytes=huge_limit,
+                                      disk_health=self.disk_health)
         self._grpc, self.grpc_port = await start_grpc_server(ShuffleServerServicer(self.service, self.metrics),
                                                              self.host, cfg.grpc_port)
         self._http, self.http_port = await start_http_server(self, self.host, cfg.http_port)
@@ -170,6 +221,8 @@ class ShuffleServer:
             await self.system.stop_child(None, "app_manager")
             self.app_manager = None
         await self.system.stop_all()
+        for res in self._disk_resources.values():
+            res.close()
 
     # ------------------------------------------------------------- reports
     async def refresh_snapshot(self) -> None:
@@ -181,21 +234,38 @@ class ShuffleServer:
         s.apps = len(self.directory)
         stats = await self.spill.ask(GetSpillStats())
         s.spill_pending, s.spill_running = stats.pending, stats.running
-        s.disks = await self._disk_infos(stats.unhealthy_disks)
+        s.disks = await self._disk_infos(stats)
         s.actors = self.system.statistics()
         s.healthy = not (await self.health())["reasons"]
 
-    async def _disk_infos(self, unhealthy: dict[str, str]) -> list[dict]:
+    async def _disk_infos(self, stats) -> list[dict]:
+        """One entry per disk: its verdict and the operator text (what failed, why, what the server did)."""
         infos = []
         for name, ref in self.disks:
+            h = self.disk_health[name]
+            override = stats.unhealthy_disks.get(name) if h.placeable else None  # told by an operator/test
+            healthy = h.placeable and override is None
+            reason = override or h.describe(self.disk_health.policy)
+            moved = stats.moved_from(name)
+            if not healthy and moved:
+                reason += "; " + ", ".join(f"{n} pending spills moved to {to}" for to, n in moved.items())
+            info = {"name": name, "healthy": healthy,
+                    "status": DiskStatus.QUARANTINED.value if override else h.status.value, "reason": reason,
+                    "capacity": h.capacity_bytes, "used": h.used_bytes, "written_bytes": 0, "write_failures": 0,
+                    "quarantines": h.quarantines_total, "probe_failures": h.probe_failures_total,
+                    "last_probe_age_s": (round(self.clock.monotonic() - h.last_probe_monotonic, 3)
+                                         if h.last_probe_monotonic is not None else None),
+                    "spills_moved_away": sum(moved.values())}
             try:
-                info = await ref.ask(GetDiskInfo(), timeout=5)
-                infos.append({"name": name, "healthy": info.healthy and name not in unhealthy,
-                              "reason": unhealthy.get(name, ""), "capacity": info.capacity, "used": info.used,
-                              "written_bytes": info.written_bytes, "write_failures": info.write_failures})
-            except Exception as e:  # noqa: BLE001 - a dead disk is reported, not raised
-                infos.append({"name": name, "healthy": False, "reason": repr(e), "capacity": 0, "used": 0,
-                              "written_bytes": 0, "write_failures": 0})
+                # counters only; the usage (statvfs) only until the first probe reported it
+                di = await ref.ask(GetDiskInfo(with_usage=not h.capacity_bytes), timeout=5)
+                info["written_bytes"], info["write_failures"] = di.written_bytes, di.write_failures
+                if not h.capacity_bytes:
+                    info["capacity"], info["used"] = di.capacity, di.used
+            except Exception as e:  # noqa: BLE001 - a dead or stuck disk is reported, not raised
+                info["healthy"] = False
+                info["reason"] = (info["reason"] + "; " if info["reason"] else "") + f"disk actor: {e!r}"
+            infos.append(info)
         return infos
 
     async def health(self) -> dict:
@@ -203,11 +273,12 @@ class ShuffleServer:
         if self.escalated is not None:
             reasons.append(f"supervisor tree gave up: {self.escalated!r}")
         stats = await self.spill.ask(GetSpillStats())
-        disks = await self._disk_infos(stats.unhealthy_disks)
+        disks = await self._disk_infos(stats)
         healthy_disks = sum(1 for d in disks if d["healthy"])
         need = self.cfg.localfile_store.min_number_of_available_disks
         if healthy_disks < need:
             reasons.append(f"{healthy_disks} healthy disks, fewer than min_number_of_available_disks={need}")
+            reasons.extend(f"{d['name']}: {d['reason']}" for d in disks if not d["healthy"])
         report = await self.memory.ask(GetBudget())
         stuck = self.cfg.health.memory_stuck_above_high_watermark_sec
         since = report.above_high_watermark_since
@@ -216,6 +287,13 @@ class ShuffleServer:
         return {"status": "UNHEALTHY" if reasons else "HEALTHY", "reasons": reasons, "disks": disks,
                 "memory": {"capacity": report.budget.capacity, "used": report.budget.used,
                            "allocated": report.budget.allocated, "in_flight": report.budget.in_flight}}
+
+    async def probe_disks(self) -> dict[str, ProbeResult | None]:
+        """Run a disk probe round now (one also runs every ``disk_healthy_check_interval_sec``)."""
+        return await self.disk_monitor.ask(RunProbeRound())
+
+    async def probe_stats(self) -> ProbeStats:
+        return await self.disk_monitor.ask(GetProbeStats())
 
     async def apps(self) -> list[dict]:
         infos = await self.app_manager.ask(ListApps())
@@ -234,7 +312,9 @@ class ShuffleServer:
         b = self.budget
         snap = self.metrics.snapshot
         disks = tuple(DiskSnapshot(path=d["name"], capacity_bytes=d["capacity"], used_bytes=d["used"],
-                                   status="NORMAL" if d["healthy"] else "UNHEALTHY") for d in snap.disks)
+                                   status="NORMAL" if d["healthy"] else
+                                   "OVERUSED" if d.get("status") == DiskStatus.OVERUSED.value else "UNHEALTHY")
+                      for d in snap.disks)
         return HeartbeatSnapshot(
             ip=self.ip, grpc_port=self.grpc_port, http_port=self.http_port, tags=tuple(self.cfg.tags),
             used_memory=b.used + b.allocated, pre_allocated_memory=b.allocated,

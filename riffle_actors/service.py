@@ -18,18 +18,34 @@ import asyncio
 from collections.abc import Sequence
 
 from riffle_actors.actors import ActorDeadError, ActorRef
-from riffle_actors.actors.app import (AppendBlocks, CommitShuffleTask, FinishShuffle, GetMemoryData,
-                                      GetPartitionDisks, GetShuffleResult, Heartbeat, RegisterShuffle,
-                                      ReportShuffleResult)
+from riffle_actors.actors.app import (
+    AppendBlocks,
+    CheckHugePartitions,
+    CommitShuffleTask,
+    FinishShuffle,
+    GetMemoryData,
+    GetPartitionDisks,
+    GetShuffleResult,
+    Heartbeat,
+    RegisterShuffle,
+    ReportShuffleResult,
+)
 from riffle_actors.actors.app_manager import AppDirectory, GetOrCreateApp, PurgeApp, PurgeAppShuffle
-from riffle_actors.actors.disk import ReadData, ReadIndex
+from riffle_actors.actors.disk import DiskIOError, ReadData, ReadIndex
 from riffle_actors.actors.memory import CommitTicket, RequireBuffer, TakeTicket
-from riffle_actors.errors import InternalError, InvalidRequestError, NoRegisterError
+from riffle_actors.errors import (
+    InternalError,
+    InvalidRequestError,
+    NoRegisterError,
+    RiffleError,
+    StorageError,
+)
 from riffle_actors.metrics import Metrics
 from riffle_actors.protocol.bitmap import TaskIdFilter
 from riffle_actors.protocol.blockid import BlockIdLayout
 from riffle_actors.protocol.errors import ProtocolError
 from riffle_actors.records import Block
+from riffle_actors.state.disk_health import DiskHealthBoard
 
 
 def _consume_exception(fut: asyncio.Future) -> None:
@@ -40,13 +56,17 @@ def _consume_exception(fut: asyncio.Future) -> None:
 
 class ShuffleService:
     def __init__(self, *, directory: AppDirectory, app_manager: ActorRef, memory: ActorRef,
-                 disks: Sequence[tuple[str, ActorRef]], metrics: Metrics):
+                 disks: Sequence[tuple[str, ActorRef]], metrics: Metrics,
+                 huge_partition_limit_bytes: int | None = None, disk_health: DiskHealthBoard | None = None):
         self.directory = directory
         self.app_manager = app_manager
         self.memory = memory
         self.disk_names = [name for name, _ in disks]
         self.disk_refs = dict(disks)
         self.metrics = metrics
+        # [app_config] partition_limit_memory_backpressure_ratio x capacity; None = partition limit off
+        self.huge_partition_limit_bytes = huge_partition_limit_bytes
+        self.disk_health = disk_health  # read-only here; written by the DiskMonitor
 
     def _app(self, app_id: str) -> ActorRef:
         ref = self.directory.get(app_id)
@@ -73,11 +93,19 @@ class ShuffleService:
         except ActorDeadError:
             raise InternalError(f"app {app_id!r} was removed while registering; retry") from None
 
-    async def require_buffer(self, app_id: str, shuffle_id: int, size: int) -> int:
+    async def require_buffer(self, app_id: str, shuffle_id: int, size: int,
+                             partition_ids: Sequence[int] = ()) -> int:
+        """A ticket id. ``partition_ids`` (requireBuffer field 4, sent by 0.10 clients) enable the
+        huge-partition backpressure: NO_BUFFER_FOR_HUGE_PARTITION for a huge partition holding too much
+        memory; a request naming no partition is never held back that way."""
         if size < 0:
             raise InvalidRequestError(f"requireSize {size} is negative")
         if app_id:  # an empty appId is the pre-0.6 client path: no app check
             self._app(app_id)
+            if partition_ids and self.huge_partition_limit_bytes is not None:
+                await self._ask_app(app_id, CheckHugePartitions(
+                    shuffle_id=shuffle_id, partition_ids=tuple(partition_ids),
+                    limit_bytes=self.huge_partition_limit_bytes))
         return await self.memory.ask(RequireBuffer(app_id=app_id, shuffle_id=shuffle_id, size=size))
 
     async def send_data(self, app_id: str, shuffle_id: int, ticket_id: int,
@@ -180,10 +208,21 @@ class ShuffleService:
         return data
 
     async def _ask_disk(self, disk: str, msg):
+        """A read on one disk; every failure becomes an error status naming the disk, never partial data."""
         try:
             return await self.disk_refs[disk].ask(msg)
         except ActorDeadError:
             raise InternalError(f"disk {disk} restarted during the read; retry") from None
+        except DiskIOError as e:
+            health = self.disk_health[disk] if self.disk_health is not None else None
+            if health is not None and not health.placeable:
+                raise StorageError(f"{e}; disk {disk} is {health.status.value}: "
+                                   f"{health.describe(self.disk_health.policy)}") from None
+            raise
+        except RiffleError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the disk actor crashed on this read
+            raise InternalError(f"disk {disk}: read failed: {e!r}") from None
 
     # ------------------------------------------------------------- lifecycle
     async def app_heartbeat(self, app_id: str) -> None:

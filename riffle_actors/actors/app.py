@@ -25,7 +25,7 @@ from riffle_actors.actors import Actor, ActorDeadError, ActorRef
 from riffle_actors.actors.memory import CommitTicket, MarkInFlight, ReleaseMemory
 from riffle_actors.actors.spill import SpillCompleted, SpillJob
 from riffle_actors.clock import Clock
-from riffle_actors.errors import InvalidRequestError, RiffleError
+from riffle_actors.errors import HugePartitionBackpressureError, InvalidRequestError, RiffleError
 from riffle_actors.protocol.blockid import BlockIdLayout
 from riffle_actors.records import Block
 from riffle_actors.state.app_state import AppState, PartitionState
@@ -81,6 +81,16 @@ class GetMemoryData:
 class GetPartitionDisks:
     shuffle_id: int
     partition_id: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckHugePartitions:
+    """requireBuffer naming these partitions: refused (``HugePartitionBackpressureError``) while one of
+    them is huge and holds more than ``limit_bytes`` in memory (staging + in flight)."""
+
+    shuffle_id: int
+    partition_ids: tuple[int, ...]
+    limit_bytes: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +152,7 @@ class AppInfo:
 
 
 AppMsg = (RegisterShuffle | AppendBlocks | ReportShuffleResult | GetShuffleResult | GetMemoryData
-          | GetPartitionDisks | Heartbeat | CommitShuffleTask | FinishShuffle | PurgeShuffle
+          | GetPartitionDisks | CheckHugePartitions | Heartbeat | CommitShuffleTask | FinishShuffle | PurgeShuffle
           | GetSpillCandidates | SpillPartitions | SpillAll | SpillCompleted | GetAppInfo | IsExpired)
 
 
@@ -193,6 +203,9 @@ class AppActor(Actor):
                 return state.last_epoch  # the disks fence every incarnation up to this one
             case AppendBlocks():
                 return self._append(msg)
+            case CheckHugePartitions():
+                self._check_huge(msg)
+                return None
             case RegisterShuffle():
                 state.touch()
                 if msg.user:
@@ -260,6 +273,24 @@ class AppActor(Actor):
             if limit is not None and p.buffer.staging_bytes >= limit:
                 self._spill(sid, pid, p)
         return accepted
+
+    def _check_huge(self, msg: CheckHugePartitions) -> None:
+        """Partition-limit backpressure (Riffle's huge partitions); the memory figures are this actor's."""
+        shuffle = self.state.shuffles.get(msg.shuffle_id)
+        if shuffle is None:
+            return
+        for pid in msg.partition_ids:
+            p = shuffle.partitions.get(pid)
+            if p is None or not p.huge or p.buffer.memory_bytes <= msg.limit_bytes:
+                continue
+            if not p.buffer.in_flight_bytes:
+                # nothing on its way to disk: spill the staging now, or the partition would stay
+                # above the limit (its buffer may be below the huge spill size) and never drain
+                self._spill(msg.shuffle_id, pid, p)
+            raise HugePartitionBackpressureError(
+                f"partition {pid} of shuffle {msg.shuffle_id} is huge ({p.buffer.total_bytes} bytes received) and "
+                f"holds {p.buffer.memory_bytes} bytes in memory, more than {msg.limit_bytes} "
+                f"(partition_limit_memory_backpressure_ratio of capacity); retry later")
 
     # ------------------------------------------------------------- spills
     def _spill_limit(self, p: PartitionState) -> int | None:

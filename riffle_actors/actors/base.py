@@ -184,6 +184,15 @@ class ActorRef:
         """Stop gracefully; returns once ``on_stop`` ran. See the module docstring."""
         await self._cell.stop()
 
+    def crash(self, reason: BaseException) -> None:
+        """Crash the running incarnation as if ``receive`` had raised ``reason`` (a kill).
+
+        For fault injection and operator tooling: in-flight and queued asks fail with
+        ``ActorDeadError``, owned tasks are cancelled, and the parent supervisor applies its
+        restart policy. No-op when the actor is not running.
+        """
+        self._cell.request_crash(reason)
+
     def watch(self, watcher: ActorRef) -> None:
         """Tell ``Terminated`` to ``watcher`` when this actor stops for good (at once if it already has)."""
         cell = self._cell

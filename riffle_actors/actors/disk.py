@@ -9,25 +9,36 @@ id registered again is written normally; an app id registered again is unfenced 
 
 Replies are "reply later" futures: the mailbox keeps flowing while the threads work.
 Failures surface as ``DiskIOError`` (an ``OSError`` classified by errno, naming the disk);
-the SpillDispatcher decides what to do with a failed write, readers get a clear status.
+the SpillDispatcher decides what to do with a failed write, readers get a clear status, and
+every failure is reported to the DiskMonitor (``DiskIOFailed``), which decides quarantine.
+An operation that does not finish within ``io_timeout_s`` fails with kind TIMEOUT (a dying
+disk can block a syscall for minutes); its thread stays blocked, later work queues behind it.
 
-See also: ``riffle_actors.io.localfile`` (the blocking operations), ``riffle_actors.actors.spill``.
+The blocking operations come from an injected ``LocalIO`` (``riffle_actors.io.local``; fault
+tests pass a ``FaultyLocalIO``). The thread pools, the ``LocalIO`` and the purge fences live in
+a ``DiskResources`` object the server creates once per disk and hands to every incarnation:
+a restarted Disk actor (after a crash or a kill mid-spill) keeps the same writer thread, so
+its appends stay ordered behind whatever the previous incarnation left running, and its
+fences still hold. An unexpected exception (not an ``OSError``) crashes the actor; its
+supervisor restarts it and the SpillDispatcher retries the spill.
+
+See also: ``riffle_actors.io.localfile`` (the blocking operations), ``riffle_actors.actors.spill``,
+``riffle_actors.actors.disk_monitor``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import errno
 import os
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from loguru import logger
 
-from riffle_actors.actors import Actor
+from riffle_actors.actors import Actor, ActorRef
 from riffle_actors.errors import RiffleError, StatusCode
-from riffle_actors.io import localfile
+from riffle_actors.io.local import LOCAL_IO, LocalIO, classify
 from riffle_actors.records import Block
 
 
@@ -38,21 +49,61 @@ class DiskIOError(RiffleError):
 
     def __init__(self, disk: str, op: str, exc: BaseException):
         self.disk = disk
-        self.kind = classify(exc)
-        super().__init__(f"disk {disk}: {op} failed ({self.kind}): {exc}")
+        self.op = op
+        self.kind = classify(exc).value
+        self.detail = str(exc) or type(exc).__name__
+        super().__init__(f"disk {disk}: {op} failed ({self.kind}): {self.detail}")
 
 
 class AppPurgedError(RiffleError):
     """A write for an app or shuffle this disk already purged; the data is not wanted any more."""
 
 
-def classify(exc: BaseException) -> str:
-    if isinstance(exc, TimeoutError):
-        return "TIMEOUT"
-    if isinstance(exc, OSError):
-        return {errno.ENOSPC: "ENOSPC", errno.EIO: "EIO", errno.EROFS: "EROFS", errno.EDQUOT: "ENOSPC"}.get(
-            exc.errno or 0, "OTHER")
-    return "OTHER"
+_FENCE_LIMIT = 10_000
+_HEALTH_KINDS = {"ENOSPC", "EIO", "EROFS", "TIMEOUT"}
+
+
+@dataclass(eq=False)
+class DiskResources:
+    """What a disk keeps across Disk actor restarts: threads, IO layer, fences (see module docstring).
+
+    ``monitor`` is the DiskMonitor to report IO failures to (None: not reported).
+    """
+
+    name: str
+    root: str
+    local_io: LocalIO = LOCAL_IO
+    write_threads: int = 1
+    read_threads: int = 2
+    io_timeout_s: float | None = None
+    monitor: ActorRef | None = None
+    # purged apps / shuffles -> newest fenced shuffle epoch, newest last; bounded so a
+    # long-lived server does not grow
+    fenced: OrderedDict[tuple[str, int | None], int] = field(default_factory=OrderedDict)
+    root_ready: bool = False
+    written_bytes: int = 0   # counters of the disk, not of one incarnation
+    write_failures: int = 0
+    _writer: ThreadPoolExecutor | None = None
+    _reader: ThreadPoolExecutor | None = None
+
+    @property
+    def writer(self) -> ThreadPoolExecutor:
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(self.write_threads, thread_name_prefix=f"disk-w-{self.name}")
+        return self._writer
+
+    @property
+    def reader(self) -> ThreadPoolExecutor:
+        if self._reader is None:
+            self._reader = ThreadPoolExecutor(self.read_threads, thread_name_prefix=f"disk-r-{self.name}")
+        return self._reader
+
+    def close(self) -> None:
+        """Stop taking work; never waits (a thread may be stuck in the kernel on a dying disk)."""
+        for pool in (self._writer, self._reader):
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
+        self._writer = self._reader = None
 
 
 # ---------------------------------------------------------------------------- messages
@@ -110,7 +161,9 @@ class UnfenceApp:
 
 @dataclass(frozen=True, slots=True)
 class GetDiskInfo:
-    pass
+    """Counters (and, with ``with_usage``, the file system's capacity via statvfs on the reader pool)."""
+
+    with_usage: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,36 +179,37 @@ class DiskInfo:
 
 DiskMsg = WriteBatch | ReadIndex | ReadData | PurgeFiles | UnfenceApp | GetDiskInfo
 
-_FENCE_LIMIT = 10_000
-
 
 class DiskActor(Actor):
     expected_errors = (RiffleError,)
 
-    def __init__(self, name: str, root: str, *, write_threads: int = 1, read_threads: int = 2):
+    def __init__(self, name: str, root: str, *, write_threads: int = 1, read_threads: int = 2,
+                 resources: DiskResources | None = None):
         self.disk_name = name
         self.root = root
-        self.write_threads = write_threads
-        self.read_threads = read_threads
-        self._writer: ThreadPoolExecutor | None = None
-        self._reader: ThreadPoolExecutor | None = None
-        # purged apps / shuffles -> newest fenced shuffle epoch, newest last; bounded so a
-        # long-lived server does not grow
-        self._fenced: OrderedDict[tuple[str, int | None], int] = OrderedDict()
-        self.written_bytes = 0
-        self.write_failures = 0
+        # without shared resources (unit tests), this incarnation owns its threads and closes them
+        self._owns_resources = resources is None
+        self.res = resources or DiskResources(name, root, write_threads=write_threads, read_threads=read_threads)
+        self._fenced = self.res.fenced
         self.healthy = True
 
     async def on_start(self) -> None:
-        localfile.ensure_root(self.root)
-        self._writer = ThreadPoolExecutor(self.write_threads, thread_name_prefix=f"disk-w-{self.disk_name}")
-        self._reader = ThreadPoolExecutor(self.read_threads, thread_name_prefix=f"disk-r-{self.disk_name}")
+        # Once per disk, not per incarnation: a restart must not queue behind a write the previous
+        # incarnation left stuck on the writer thread. On that thread all the same (a hung disk must
+        # not block the event loop); a disk failing here still starts, its writes fail and the
+        # monitor quarantines it (appends create the directories they need anyway).
+        if self.res.root_ready:
+            return
+        try:
+            await self._wrap("create data path", asyncio.get_running_loop().run_in_executor(
+                self.res.writer, self.res.local_io.ensure_root, self.root))
+            self.res.root_ready = True
+        except DiskIOError as e:
+            logger.bind(disk=self.disk_name).error("disk {}: {}", self.disk_name, e)
 
     async def on_stop(self) -> None:
-        for pool in (self._writer, self._reader):
-            if pool is not None:
-                pool.shutdown(wait=True, cancel_futures=False)
-        self._writer = self._reader = None
+        if self._owns_resources:
+            self.res.close()
 
     def _is_fenced(self, app_id: str, shuffle_id: int, epoch: int) -> bool:
         return (app_id, None) in self._fenced or self._fenced.get((app_id, shuffle_id), -1) >= epoch
@@ -167,14 +221,15 @@ class DiskActor(Actor):
                 if self._is_fenced(msg.app_id, msg.shuffle_id, msg.epoch):
                     raise AppPurgedError(f"app {msg.app_id} shuffle {msg.shuffle_id} was purged")
                 return self._finish_write(msg, loop.run_in_executor(
-                    self._writer, localfile.append_batch, self.root, msg.app_id, msg.shuffle_id,
+                    self.res.writer, self.res.local_io.append_batch, self.root, msg.app_id, msg.shuffle_id,
                     msg.partition_id, msg.blocks))
             case ReadIndex():
                 return self._wrap("read index", loop.run_in_executor(
-                    self._reader, localfile.read_index, self.root, msg.app_id, msg.shuffle_id, msg.partition_id))
+                    self.res.reader, self.res.local_io.read_index, self.root, msg.app_id, msg.shuffle_id,
+                    msg.partition_id))
             case ReadData():
                 return self._wrap("read data", loop.run_in_executor(
-                    self._reader, localfile.read_data, self.root, msg.app_id, msg.shuffle_id,
+                    self.res.reader, self.res.local_io.read_data, self.root, msg.app_id, msg.shuffle_id,
                     msg.partition_id, msg.offset, msg.length))
             case PurgeFiles():
                 key = (msg.app_id, msg.shuffle_id)
@@ -182,39 +237,76 @@ class DiskActor(Actor):
                 while len(self._fenced) > _FENCE_LIMIT:
                     self._fenced.popitem(last=False)
                 return self._wrap("purge", loop.run_in_executor(
-                    self._writer, localfile.remove_app, self.root, msg.app_id, msg.shuffle_id))
+                    self.res.writer, self.res.local_io.remove_app, self.root, msg.app_id, msg.shuffle_id))
             case UnfenceApp(app_id=app_id):
                 # late spills of the purged incarnation are dropped by the SpillDispatcher (their
                 # owner is dead); writes queued after this message belong to the new incarnation
                 for key in [k for k in self._fenced if k[0] == app_id]:
                     del self._fenced[key]
-            case GetDiskInfo():
-                try:
-                    capacity, used = localfile.usage(self.root)
-                except OSError:
-                    capacity = used = 0
-                return DiskInfo(self.disk_name, self.root, capacity, used, self.healthy,
-                                self.written_bytes, self.write_failures)
+            case GetDiskInfo(with_usage=with_usage):
+                if not with_usage:
+                    return DiskInfo(self.disk_name, self.root, 0, 0, self.healthy, self.res.written_bytes,
+                                    self.res.write_failures)
+                # statvfs on the reader pool: even a stat may hang on a dying disk
+                return self._info(loop.run_in_executor(self.res.reader, self.res.local_io.usage, self.root))
             case _:
                 raise TypeError(f"unexpected message {msg!r}")
 
+    async def _timed(self, op: str, fut: asyncio.Future):
+        """Await an IO future within ``io_timeout_s``; the thread itself cannot be interrupted."""
+        timeout = self.res.io_timeout_s
+        if timeout is None:
+            return await fut
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), timeout)
+        except TimeoutError:
+            fut.add_done_callback(_consume)  # finishes late, or never: nobody waits for it any more
+            raise TimeoutError(f"{op} did not finish within {timeout:g}s (disk_io_timeout_sec)") from None
+
     async def _finish_write(self, msg: WriteBatch, fut: asyncio.Future) -> WriteResult:
         try:
-            offset, data_len = await fut
+            offset, data_len = await self._timed("spill write", fut)
         except OSError as e:
-            self.write_failures += 1
+            self.res.write_failures += 1
             logger.bind(disk=self.disk_name, app_id=msg.app_id).error(
-                "spill of {} blocks of {}/{}/{} failed: {}", len(msg.blocks), msg.app_id, msg.shuffle_id,
-                msg.partition_id, e)
-            raise DiskIOError(self.disk_name, "write", e) from e
-        self.written_bytes += data_len - offset
+                "spill of {} blocks of {}/{}/{} to disk {} failed: {}", len(msg.blocks), msg.app_id, msg.shuffle_id,
+                msg.partition_id, self.disk_name, e)
+            raise self._failed("spill write", e) from e
+        self.res.written_bytes += data_len - offset
         return WriteResult(self.disk_name, offset, data_len)
 
     async def _wrap(self, op: str, fut: asyncio.Future):
         try:
-            return await fut
+            return await self._timed(op, fut)
         except OSError as e:
-            raise DiskIOError(self.disk_name, op, e) from e
+            raise self._failed(op, e) from e
+
+    async def _info(self, fut: asyncio.Future) -> DiskInfo:
+        try:
+            capacity, used = await asyncio.wait_for(asyncio.shield(fut), self.res.io_timeout_s or 10.0)
+        except (OSError, TimeoutError):
+            fut.add_done_callback(_consume)
+            capacity = used = 0
+        return DiskInfo(self.disk_name, self.root, capacity, used, self.healthy,
+                        self.res.written_bytes, self.res.write_failures)
+
+    def _failed(self, op: str, exc: BaseException) -> DiskIOError:
+        err = DiskIOError(self.disk_name, op, exc)
+        monitor = self.res.monitor
+        # only what says something about the disk (a missing file or a bad offset does not)
+        if monitor is not None and err.kind in _HEALTH_KINDS:
+            from riffle_actors.actors.disk_monitor import DiskIOFailed
+
+            try:
+                monitor.tell_nowait(DiskIOFailed(disk=self.disk_name, kind=err.kind, op=op, detail=err.detail))
+            except Exception as e:  # noqa: BLE001 - the failure still reaches the caller
+                logger.bind(disk=self.disk_name).warning("could not report {} to the disk monitor: {!r}", op, e)
+        return err
+
+
+def _consume(fut: asyncio.Future) -> None:
+    if not fut.cancelled():
+        fut.exception()
 
 
 def disk_name_of(index: int, root: str) -> str:

@@ -74,7 +74,8 @@ class ShuffleServerServicer(pb_grpc.ShuffleServerServicer):
 
     async def requireBuffer(self, request, context):
         async def body():
-            ticket = await self.service.require_buffer(request.appId, request.shuffleId, request.requireSize)
+            ticket = await self.service.require_buffer(request.appId, request.shuffleId, request.requireSize,
+                                                       tuple(request.partitionIds))
             return {"requireBufferId": ticket}
 
         def make(status, retMsg, **fields):

@@ -1,0 +1,102 @@
+"""The ``LocalIO`` protocol: the blocking operations a Disk actor runs, as one injectable object.
+
+A Disk actor never calls ``riffle_actors.io.localfile`` directly: it calls the ``LocalIO``
+object it was built with. Production uses ``LOCAL_IO`` (a ``RealLocalIO``, which delegates
+to ``localfile``); fault tests hand the server a ``riffle_actors.io.faults.FaultyLocalIO``
+wrapped around it, so an EIO, an ENOSPC or a hang is injected at the exact seam where the
+kernel would produce it, without monkeypatching anything.
+
+This module also owns the classification of IO failures by errno (``classify``), used by the
+Disk actors, the health probe and the disk monitor alike: ``errno.ENOSPC`` and
+``errno.EDQUOT`` -> ``ENOSPC``, ``EIO`` -> ``EIO``, ``EROFS`` -> ``EROFS``, a ``TimeoutError``
+-> ``TIMEOUT``, anything else -> ``OTHER`` (never substrings of messages).
+
+Every method blocks; call them only on the threads a Disk actor owns.
+
+See also: ``riffle_actors.io.localfile`` (the implementation), ``riffle_actors.io.faults``,
+``riffle_actors.io.probe`` (the out-of-process health probe).
+"""
+
+from __future__ import annotations
+
+import enum
+import errno
+from collections.abc import Sequence
+from typing import Protocol
+
+from riffle_actors.io import localfile
+from riffle_actors.records import Block
+
+
+class IOErrorKind(enum.StrEnum):
+    """Why an IO operation on a disk failed; drives quarantine decisions and operator messages."""
+
+    ENOSPC = "ENOSPC"      # the file system is full (or a quota is)
+    EIO = "EIO"            # the device reported an error
+    EROFS = "EROFS"        # the file system is (or was remounted) read-only
+    TIMEOUT = "TIMEOUT"    # the operation did not finish in time (a dying disk blocks in the kernel)
+    CORRUPT = "CORRUPT"    # the probe read back other bytes than it wrote
+    OTHER = "OTHER"        # any other errno or exception
+
+
+_ERRNO_KIND = {errno.ENOSPC: IOErrorKind.ENOSPC, errno.EDQUOT: IOErrorKind.ENOSPC, errno.EIO: IOErrorKind.EIO,
+               errno.EROFS: IOErrorKind.EROFS}
+
+
+def classify(exc: BaseException) -> IOErrorKind:
+    """The ``IOErrorKind`` of an exception raised by an IO operation."""
+    if isinstance(exc, TimeoutError):
+        return IOErrorKind.TIMEOUT
+    if isinstance(exc, OSError):
+        return _ERRNO_KIND.get(exc.errno or 0, IOErrorKind.OTHER)
+    return IOErrorKind.OTHER
+
+
+class LocalIO(Protocol):
+    """The blocking file operations of one data path (see ``riffle_actors.io.localfile``)."""
+
+    def ensure_root(self, root: str) -> None: ...
+
+    def append_batch(self, root: str, app_id: str, shuffle_id: int, partition_id: int,
+                     blocks: Sequence[Block]) -> tuple[int, int]:
+        """Append data then index records; ``(offset of the first block, data file length after)``."""
+        ...
+
+    def read_index(self, root: str, app_id: str, shuffle_id: int, partition_id: int) -> tuple[bytes, int]: ...
+
+    def read_data(self, root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int,
+                  length: int) -> bytes: ...
+
+    def remove_app(self, root: str, app_id: str, shuffle_id: int | None = None) -> None: ...
+
+    def usage(self, root: str) -> tuple[int, int]:
+        """``(capacity bytes, used bytes)`` of the file system holding ``root``."""
+        ...
+
+
+class RealLocalIO:
+    """``LocalIO`` backed by the real file system (``riffle_actors.io.localfile``)."""
+
+    def ensure_root(self, root: str) -> None:
+        localfile.ensure_root(root)
+
+    def append_batch(self, root: str, app_id: str, shuffle_id: int, partition_id: int,
+                     blocks: Sequence[Block]) -> tuple[int, int]:
+        return localfile.append_batch(root, app_id, shuffle_id, partition_id, blocks)
+
+    def read_index(self, root: str, app_id: str, shuffle_id: int, partition_id: int) -> tuple[bytes, int]:
+        return localfile.read_index(root, app_id, shuffle_id, partition_id)
+
+    def read_data(self, root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int,
+                  length: int) -> bytes:
+        return localfile.read_data(root, app_id, shuffle_id, partition_id, offset, length)
+
+    def remove_app(self, root: str, app_id: str, shuffle_id: int | None = None) -> None:
+        localfile.remove_app(root, app_id, shuffle_id)
+
+    def usage(self, root: str) -> tuple[int, int]:
+        return localfile.usage(root)
+
+
+LOCAL_IO: LocalIO = RealLocalIO()
+"""The production ``LocalIO``; stateless, shared by every Disk actor."""
