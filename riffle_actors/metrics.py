@@ -93,8 +93,8 @@ class Metrics:
         self.rpc_total = Counter("riffle_server_rpc", "RPCs answered", ["rpc", "status"], registry=r)
         self.rpc_seconds = Histogram("riffle_server_rpc_duration_seconds", "RPC latency", ["rpc"],
                                      buckets=_LATENCY_BUCKETS, registry=r)
-        self.received_bytes = Counter("riffle_server_received_bytes", "block bytes accepted into memory "
-                                      "(len + 32 per block, de-duplicated)", registry=r)
+        self.received_bytes = Counter("riffle_server_received_bytes", "block payload bytes of successful "
+                                      "sendShuffleData requests (retried sends count again)", registry=r)
         read = Counter("riffle_server_read_bytes", "bytes served to readers", ["source"], registry=r)
         self.read_memory_bytes = read.labels("memory")
         self.read_local_bytes = read.labels("localfile")

@@ -118,7 +118,7 @@ class ShuffleService:
         inner = asyncio.ensure_future(self._take_ticket_and_append(app, app_id, shuffle_id, ticket_id, partitions))
         inner.add_done_callback(_consume_exception)
         accepted = await asyncio.shield(inner)
-        self.metrics.received_bytes.inc(accepted)
+        self.metrics.received_bytes.inc(sum(len(b.data) for _, blocks in partitions for b in blocks))
         return accepted
 
     async def _take_ticket_and_append(self, app: ActorRef, app_id: str, shuffle_id: int, ticket_id: int,
