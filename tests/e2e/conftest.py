@@ -376,7 +376,16 @@ def e2e_root():
         shutil.rmtree(root, ignore_errors=True)
 
 
+_HANDLER_OWNER_PID = os.getpid()
+
+
 def _sigterm_as_interrupt(signum, frame):
+    if os.getpid() != _HANDLER_OWNER_PID:
+        # a process forked from pytest (pyroute2's netns helper, for one) inherits this handler: it
+        # must die of the signal as it would by default, not unwind a copy of the pytest session
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
     raise KeyboardInterrupt(f"signal {signum}")
 
 

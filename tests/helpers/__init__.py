@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -37,6 +38,20 @@ async def poll_until(pred: Predicate, timeout: float = 10.0, *, interval: float 
         if loop.time() > deadline:
             raise AssertionError(message or f"condition not met within {timeout}s: {getattr(pred, '__name__', pred)}")
         await asyncio.sleep(interval)
+
+
+def wait_for(pred: Callable[[], Any], timeout: float = 20.0, what: str = "condition",
+             interval: float = 0.05) -> Any:
+    """Blocking twin of ``poll_until`` for tests that drive subprocesses: wait until ``pred()`` is truthy."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        last = pred()
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not met within {timeout}s (last: {last!r})")
+        time.sleep(interval)
 
 
 def leftover_tasks() -> set[asyncio.Task[Any]]:

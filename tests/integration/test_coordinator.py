@@ -7,7 +7,6 @@ HeartbeatActor talking to it.
 
 from __future__ import annotations
 
-import asyncio
 import socket
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -32,6 +31,7 @@ from riffle_actors.coordinator.config import CoordinatorConfig
 from riffle_actors.coordinator.runtime import Coordinator
 from riffle_actors.protocol.proto import uniffle_pb2 as pb
 from riffle_actors.protocol.proto import uniffle_pb2_grpc as pb_grpc
+from tests.helpers import poll_until
 from tests.helpers.upstream_proto import load_upstream_proto
 
 pytestmark = pytest.mark.integration
@@ -39,19 +39,6 @@ pytestmark = pytest.mark.integration
 CLIENT_CONF = {"rss.storage.type": "MEMORY_LOCALFILE", "rss.client.type": "GRPC"}
 
 
-async def poll_until(pred: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
-    """Await ``pred()`` (sync or async) until truthy; fail after ``timeout`` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        value = pred()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if loop.time() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await asyncio.sleep(interval)
 
 
 def make_config(**kw: Any) -> CoordinatorConfig:

@@ -11,13 +11,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -26,15 +27,6 @@ ENV = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTH
 CMD = [sys.executable, "-m", "riffle_actors.coordinator"]
 
 
-def wait_for(pred: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not met within {timeout}s")
-        time.sleep(0.05)
 
 
 def read_port_file(path: Path) -> dict[str, int] | None:

@@ -29,11 +29,13 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -73,15 +75,6 @@ for line in sys.stdin:
 """
 
 
-def wait_for(pred: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = pred()
-        if last:
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"{what}: not reached within {timeout}s (last: {last!r})")
 
 
 class NetLab:
