@@ -172,7 +172,6 @@ class DiskInfo:
     root: str
     capacity: int
     used: int
-    healthy: bool
     written_bytes: int
     write_failures: int
 
@@ -191,7 +190,6 @@ class DiskActor(Actor):
         self._owns_resources = resources is None
         self.res = resources or DiskResources(name, root, write_threads=write_threads, read_threads=read_threads)
         self._fenced = self.res.fenced
-        self.healthy = True
 
     async def on_start(self) -> None:
         # Once per disk, not per incarnation: a restart must not queue behind a write the previous
@@ -245,7 +243,7 @@ class DiskActor(Actor):
                     del self._fenced[key]
             case GetDiskInfo(with_usage=with_usage):
                 if not with_usage:
-                    return DiskInfo(self.disk_name, self.root, 0, 0, self.healthy, self.res.written_bytes,
+                    return DiskInfo(self.disk_name, self.root, 0, 0, self.res.written_bytes,
                                     self.res.write_failures)
                 # statvfs on the reader pool: even a stat may hang on a dying disk
                 return self._info(loop.run_in_executor(self.res.reader, self.res.local_io.usage, self.root))
@@ -287,7 +285,7 @@ class DiskActor(Actor):
         except (OSError, TimeoutError):
             fut.add_done_callback(_consume)
             capacity = used = 0
-        return DiskInfo(self.disk_name, self.root, capacity, used, self.healthy,
+        return DiskInfo(self.disk_name, self.root, capacity, used,
                         self.res.written_bytes, self.res.write_failures)
 
     def _failed(self, op: str, exc: BaseException) -> DiskIOError:
