@@ -323,8 +323,10 @@ class AppActor(Actor):
         p = shuffle.partitions.get(done.partition_id)
         if p is None:
             return
-        if done.disk is not None and done.disk not in p.disks:
-            p.disks.append(done.disk)
+        if done.disk is not None:
+            if done.disk not in p.disks:
+                p.disks.append(done.disk)
+            p.disk_bytes += done.data_bytes
         size = p.buffer.complete_flight(done.flight_id)
         if size:
             self.memory.tell_nowait(ReleaseMemory(app_id=self.app_id, size=size, was_in_flight=True))
@@ -380,6 +382,7 @@ class AppActor(Actor):
                 "ranges": sh.range_count,
                 "partitions": len(sh.partitions),
                 "memory_bytes": sum(p.buffer.memory_bytes for p in sh.partitions.values()),
+                "disk_bytes": sum(p.disk_bytes for p in sh.partitions.values()),
                 "received_bytes": sum(p.buffer.total_bytes for p in sh.partitions.values()),
                 "reported_partitions": len(sh.reported),
                 "disks": sorted({d for p in sh.partitions.values() for d in p.disks}),

@@ -26,6 +26,7 @@ class PartitionState:
     buffer: PartitionBuffer = field(default_factory=PartitionBuffer)
     disks: list[str] = field(default_factory=list)  # where spilled files live, first use first
     huge: bool = False
+    disk_bytes: int = 0  # block bytes acknowledged on disk (all of this partition's files)
 
     @property
     def current_disk(self) -> str | None:

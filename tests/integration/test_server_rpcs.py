@@ -599,6 +599,9 @@ async def test_finish_shuffle_puts_everything_on_disk(server: ShuffleServer, cli
         assert seg_ids(await stub.getMemoryShuffleData(memory_req(p))) == []
     # shuffle 1 was not asked to finish: still in memory
     assert budget_figures(server)[0] == require_size(other)
+    (app,) = await server.apps()
+    assert app["shuffles"][0]["disk_bytes"] == sum(len(b.data) for b in blocks)
+    assert app["shuffles"][1]["disk_bytes"] == 0 and app["disk_bytes"] == app["shuffles"][0]["disk_bytes"]
     assert seg_ids(await stub.getMemoryShuffleData(memory_req(0, shuffle_id=1))) == [b.block_id for b in other]
     await finish(stub)  # again, with nothing in memory
     resp = await stub.finishShuffle(pb.FinishShuffleRequest(appId=APP, shuffleId=8))
