@@ -8,7 +8,6 @@ crc-checked) -- or, for a test that expects a loss, reported with an error statu
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,10 +73,6 @@ async def disks_holding(srv: Any, w: Workload) -> dict[int, tuple[str, ...]]:
     return {p: await partition_disks(srv, w.app_id, w.shuffle_id, p) for p in w.partitions}
 
 
-async def rpc_latency(coro_factory: Any) -> float:
-    started = time.monotonic()
-    await coro_factory()
-    return time.monotonic() - started
 
 
 async def run_in_background(coro: Any) -> asyncio.Task:

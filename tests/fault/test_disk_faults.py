@@ -17,7 +17,7 @@ import pytest
 
 from riffle_actors.state.disk_health import DiskStatus
 from tests.fault import probes
-from tests.fault.scenario import APP, Workload, child_processes, disks_holding, process_gone, rpc_latency
+from tests.fault.scenario import APP, Workload, child_processes, disks_holding, process_gone
 from tests.helpers import poll_until
 
 pytestmark = pytest.mark.fault
@@ -219,7 +219,8 @@ async def test_eio_on_reads_answers_an_error_naming_the_disk_never_wrong_bytes(f
 # ---------------------------------------------------------------------------- probes
 async def test_a_hung_probe_quarantines_its_disk_without_stalling_the_server(fault_server, client_factory,
                                                                            invariants):
-    srv = await fault_server(probe_fn=probes.scripted_probe, localfile_store={"disk_probe_timeout_sec": 1.5})
+    # a generous timeout: the check below is causal (RPCs answered while the probe still hangs), not timed
+    srv = await fault_server(probe_fn=probes.scripted_probe, localfile_store={"disk_probe_timeout_sec": 10})
     bad, good = srv.disk_names
     w = Workload(client_factory(srv), partitions=range(4))
     await w.register()
@@ -231,8 +232,10 @@ async def test_a_hung_probe_quarantines_its_disk_without_stalling_the_server(fau
     try:
         round_task = asyncio.ensure_future(srv.probe_disks())
         await poll_until(lambda: os.path.exists(marker))
-        latencies = [await rpc_latency(lambda: w.client.heartbeat(APP)) for _ in range(5)]
-        assert max(latencies) < 0.5, latencies  # the event loop never waits on a probe
+        for _ in range(5):
+            await w.client.heartbeat(APP)
+        # the event loop never waits on a probe: the RPCs were answered while the probe still hangs
+        assert not round_task.done()
         results = await round_task
     finally:
         os.unlink(marker)

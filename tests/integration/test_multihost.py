@@ -27,7 +27,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -270,10 +269,9 @@ def test_servers_register_spread_disappear_when_killed_and_come_back(lab: NetLab
     # 3. SIGKILL s1: it is dropped after the heartbeat timeout and no longer assigned.
     servers["s1"].send_signal(signal.SIGKILL)
     servers["s1"].wait(10)
-    killed_at = time.monotonic()
     shuffle = iter(range(1, 10_000))
-    wait_for(lambda: agent.assigned_servers(next(shuffle)) == [s2_id], 30, "s1 gone from assignments")
-    assert time.monotonic() - killed_at < SERVER_HEARTBEAT_TIMEOUT_S + 10
+    wait_for(lambda: agent.assigned_servers(next(shuffle)) == [s2_id], SERVER_HEARTBEAT_TIMEOUT_S + 20,
+             "s1 gone from assignments")
     # Stale servers stop being candidates at once; the registry drops them on its next sweep.
     wait_for(lambda: set(agent.servers()) == {s2_id}, 10, "s1 dropped from /api/servers")
 
