@@ -387,11 +387,7 @@ class _Cell:
                 try:
                     result = receive(msg)
                 except Exception as exc:
-                    if reply is not None and not reply.done():
-                        reply.set_exception(exc)
-                    if isinstance(exc, expected):
-                        if reply is None:
-                            logger.debug("actor {!r}: {!r} on tell {}", self.name, exc, type(msg).__name__)
+                    if self._receive_failed(exc, msg, reply, expected):
                         continue
                     return exc
                 if result is not None and _is_awaitable(result):
@@ -405,6 +401,17 @@ class _Cell:
                     await asyncio.sleep(0)
         finally:
             self.processed += done
+
+    def _receive_failed(self, exc: Exception, msg: Any, reply: asyncio.Future[Any] | None,
+                        expected: tuple[type[BaseException], ...]) -> bool:
+        """Hand a failure of ``receive`` to the asker; True when the actor carries on (an expected error)."""
+        if reply is not None and not reply.done():
+            reply.set_exception(exc)
+        if isinstance(exc, expected):
+            if reply is None:
+                logger.debug("actor {!r}: {!r} on tell {}", self.name, exc, type(msg).__name__)
+            return True
+        return False
 
     async def _loop_async(self, actor: Actor) -> BaseException | None:
         mb = self.mailbox
@@ -435,11 +442,7 @@ class _Cell:
                     reply.set_exception(ActorDeadError(f"actor {self.name!r} stopped while processing"))
                 raise
             except Exception as exc:
-                if reply is not None and not reply.done():
-                    reply.set_exception(exc)
-                if isinstance(exc, expected):
-                    if reply is None:
-                        logger.debug("actor {!r}: {!r} on tell {}", self.name, exc, type(msg).__name__)
+                if self._receive_failed(exc, msg, reply, expected):
                     continue
                 return exc
             if reply is not None and not reply.done():
