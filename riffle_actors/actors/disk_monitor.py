@@ -4,9 +4,10 @@ The one writer of the ``DiskHealthBoard`` (``riffle_actors.state.disk_health``).
 
 - ``RunProbeRound`` (told by the TimerActor every ``disk_healthy_check_interval_sec``; tests
   ask it and get the round's results): every disk is probed at once by a ``ProbeFleet``, i.e.
-  in its own thespian worker process, on this actor's single probe thread. A probe not
-  answered within ``disk_probe_timeout_sec`` quarantines its disk (TIMEOUT) and its process is
-  killed and replaced; the server's event loop never waits on a disk.
+  in its own worker process (spoken to over pipes only, no listening socket), driven from this
+  actor's single probe thread. A probe not answered within ``disk_probe_timeout_sec``
+  quarantines its disk (TIMEOUT) and its process is killed and replaced; the server's event
+  loop never waits on a disk.
 - ``DiskIOFailed`` / ``DiskIOSucceeded``: outcomes of real spills and reads, reported by the
   SpillDispatcher and the ShuffleService (ENOSPC/EROFS/TIMEOUT quarantine at once, EIO after
   ``failures_to_quarantine`` in a row).
@@ -16,13 +17,14 @@ to every subscriber as ``DiskHealthChanged`` (the SpillDispatcher pumps its queu
 Rounds never overlap: a round asked while one runs waits for that one.
 
 Supervision: permanent, under the storage supervisor. The board outlives its incarnations;
-the probe fleet is shut down by ``on_stop`` (always: thespian systems outlive their creator)
-and started again lazily by the next incarnation's first round.
+the probe fleet is shut down by ``on_stop`` (its workers exit; a hung one is SIGKILLed) and
+started again lazily by the next incarnation's first round. The fleet lives on the probe
+thread, which lives as long as the incarnation: a worker is killed by the kernel when the
+thread that started it ends (``PR_SET_PDEATHSIG``), and so when the whole server dies.
 
-Why thespian here: it is the runtime of the design for out-of-process, control-only actors
-(actor-runtime-measurements §5). Measured on this VM with ``spawn``: system start 0.8-1.5 s,
-a worker 0.25-0.35 s, a probe round of two disks 8-13 ms, a hung probe detected at exactly the
-timeout and its worker replaced in about 0.3 s; shutdown 0.03-0.05 s.
+Why plain worker processes on pipes (not thespian's multiprocTCPBase, used before): thespian's
+workers listened on TCP ports of 0.0.0.0 and un-pickled whatever arrived there. Measured
+figures of both are in ``riffle_actors.io.probe_fleet``.
 
 See also: ``riffle_actors.io.probe_fleet``, ``riffle_actors.io.probe``, ``riffle_actors.actors.spill``.
 """
@@ -42,6 +44,7 @@ from riffle_actors.actors.spill import DiskHealthChanged
 from riffle_actors.clock import Clock, SystemClock
 from riffle_actors.io.probe import ProbeFn, ProbeResult, probe_disk
 from riffle_actors.io.probe_fleet import ProbeFleet, ProbeTarget
+from riffle_actors.io.probe_worker import function_ref
 from riffle_actors.state.disk_health import DiskHealthBoard, HealthTransition
 
 
@@ -79,8 +82,8 @@ class GetProbeStats:
 @dataclass(frozen=True, slots=True)
 class ProbeStats:
     rounds: int
-    fleet_running: bool
-    fleet_starts: int
+    fleet_running: bool  # probe worker processes exist
+    fleet_starts: int  # probe worker processes started by this incarnation (first ones and replacements)
     worker_pids: dict[str, int]
     killed_pids: tuple[int, ...]
 
@@ -93,6 +96,7 @@ class DiskMonitorActor(Actor):
                  probe_fn: ProbeFn = probe_disk, clock: Clock | None = None,
                  subscribers: Sequence[ActorRef] = (),
                  fleet_factory: Callable[[], ProbeFleet] = ProbeFleet):
+        function_ref(probe_fn)  # it runs in the worker processes: a lambda fails here, not in every round
         self.board = board
         self.probe_timeout_s = probe_timeout_s
         self.interval_s = interval_s

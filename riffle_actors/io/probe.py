@@ -5,14 +5,15 @@
 plus the file system's capacity and used bytes (``psutil.disk_usage``). It never raises.
 
 It runs **out of process**: a dying disk can block a syscall in the kernel for minutes, and a
-thread stuck there cannot be interrupted. ``riffle_actors.io.probe_fleet.ProbeWorker`` is the
-thespian actor that hosts it, one per disk, each in its own process.
+thread stuck there cannot be interrupted. ``riffle_actors.io.probe_worker`` is the process
+that hosts it, one per disk, spoken to over pipes by ``riffle_actors.io.probe_fleet``.
 
 This module is imported by the spawned worker processes: keep its imports light and free of
 side effects (no actor runtime, no gRPC, no logging setup).
 
-Tests replace the probe function with another module-level function taking ``root`` (pickled
-by reference into the worker), e.g. one that hangs while a marker file exists.
+Tests replace the probe function with another module-level function taking ``root`` (named
+to the worker as ``module:qualname`` and imported there), e.g. one that hangs while a marker
+file exists.
 
 See also: ``riffle_actors.io.probe_fleet`` (timeouts, kill and replace),
 ``riffle_actors.actors.disk_monitor`` (what the server does with the results).

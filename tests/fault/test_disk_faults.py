@@ -224,7 +224,7 @@ async def test_a_hung_probe_quarantines_its_disk_without_stalling_the_server(fau
     bad, good = srv.disk_names
     w = Workload(client_factory(srv), partitions=range(4))
     await w.register()
-    results = await srv.probe_disks()  # starts the probe fleet (thespian, spawn) and probes both disks
+    results = await srv.probe_disks()  # starts a probe worker process per disk and probes both disks
     assert all(r is not None and r.ok for r in results.values())
 
     marker = os.path.join(bad, probes.HANG)
@@ -297,7 +297,7 @@ async def test_a_crashed_disk_monitor_restarts_keeps_its_verdicts_and_leaks_no_p
     await w.write(per_partition=20)
     await w.finish()
     assert srv.disk_health[bad].kind == "EROFS"
-    await srv.probe_disks()  # the probe fleet is up: a thespian admin, its logger, one worker per disk
+    await srv.probe_disks()  # the probe fleet is up: one worker process per disk
     workers = (await srv.probe_stats()).worker_pids
     assert len(workers) == 2
 
