@@ -14,6 +14,7 @@ builds on the primitives here) or turning the config into running actors
 from __future__ import annotations
 
 import enum
+import ipaddress
 import os
 import re
 import tomllib
@@ -83,6 +84,57 @@ class LogConfig(StrictModel):
         return self
 
 
+def parse_bind_address(value: Any) -> str:
+    """A listen address: an IPv4/IPv6 literal (``0.0.0.0`` / ``::`` = all interfaces) or ``localhost``.
+
+    Host names other than ``localhost`` are refused: a name that resolves differently later
+    would silently move a listener to another interface.
+    """
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("expected an IP address such as 0.0.0.0, 127.0.0.1 or ::")
+    value = value.strip()
+    if value == "localhost":
+        return "127.0.0.1"
+    try:
+        return str(ipaddress.ip_address(value.strip("[]")))
+    except ValueError:
+        raise ValueError(f"{value!r} is not an IP address (use 0.0.0.0 for all interfaces, "
+                         f"127.0.0.1 for loopback only)") from None
+
+
+BindAddress = Annotated[str, BeforeValidator(parse_bind_address)]
+
+
+def is_wildcard(address: str) -> bool:
+    """True for the all-interfaces addresses ``0.0.0.0`` and ``::``."""
+    return ipaddress.ip_address(address).is_unspecified
+
+
+class AdminConfig(StrictModel):
+    """``[admin]``: credentials for HTTP endpoints that change state (decommission, status overrides).
+
+    With none configured (here or in the environment), such requests are refused with 403 and
+    the reason. The environment variables win over the file, so a secret need not sit in the
+    config: ``RIFFLE_ADMIN_TOKEN``, ``RIFFLE_ADMIN_USER``, ``RIFFLE_ADMIN_PASSWORD``.
+    """
+
+    token: str | None = Field(None, description="bearer token (Authorization: Bearer ...); env RIFFLE_ADMIN_TOKEN")
+    token_file: str | None = Field(None, description="file whose first line is the token (e.g. a mounted secret)")
+    basic_user: str | None = Field(None, description="HTTP Basic user name; env RIFFLE_ADMIN_USER")
+    basic_password: str | None = Field(None, description="HTTP Basic password; env RIFFLE_ADMIN_PASSWORD")
+
+    @model_validator(mode="after")
+    def _check(self) -> AdminConfig:
+        if self.token is not None and len(self.token) < 16:
+            raise FieldProblem("token", "must be at least 16 characters")
+        if (self.basic_user is None) != (self.basic_password is None):
+            raise FieldProblem("basic_password" if self.basic_password is None else "basic_user",
+                               "basic_user and basic_password go together")
+        if self.basic_password is not None and len(self.basic_password) < 12:
+            raise FieldProblem("basic_password", "must be at least 12 characters")
+        return self
+
+
 class StorageType(enum.StrEnum):
     MEMORY_LOCALFILE = "MEMORY_LOCALFILE"
     MEMORY_LOCALFILE_HDFS = "MEMORY_LOCALFILE_HDFS"
@@ -120,8 +172,6 @@ class LocalfileStoreConfig(StrictModel):
     disk_probe_timeout_sec: float = Field(
         10.0, gt=0, description="a probe (run in its own process) not answered in time quarantines its disk; "
                                 "the stuck probe process is killed and replaced")
-    disk_probe_admin_port: int = Field(
-        0, ge=0, le=65535, description="admin port of the probes' thespian actor system; 0 = any free port")
     disk_probation_probes: int = Field(3, ge=1, description="healthy probes in a row that re-admit a quarantined disk")
     disk_failures_to_quarantine: int = Field(
         3, ge=1, description="EIO (or other) IO failures in a row that quarantine a disk; ENOSPC, EROFS and "
@@ -187,7 +237,16 @@ class ServerConfig(StrictModel):
 
     store_type: StorageType = Field(StorageType.MEMORY_LOCALFILE, description="storage tiers")
     grpc_port: int = Field(19999, ge=0, le=65535, description="gRPC port; 0 = any free port")
+    grpc_bind_address: BindAddress = Field(
+        "0.0.0.0", description="address the gRPC port listens on (executors must reach it); 0.0.0.0 = all "
+                               "interfaces, :: = all IPv6 (and IPv4) interfaces, 127.0.0.1 = this host only")
+    grpc_max_message_size: ByteSize = Field(
+        "64M", ge=1 << 20, le=1 << 30,
+        description="largest gRPC request accepted (refused before it is buffered) and largest "
+                    "getLocalShuffleData read served; the client sends at most 16M per request by default")
     http_port: int = Field(20010, ge=0, le=65535, description="HTTP port (/metrics, /health, /apps); 0 = any")
+    http_bind_address: BindAddress = Field(
+        "0.0.0.0", description="address the HTTP port listens on; 127.0.0.1 keeps metrics and listings local")
     coordinator_quorum: list[str] = Field(default_factory=list, description="host:port of each coordinator")
     tags: list[str] = Field(default_factory=list, description="extra tags sent in heartbeats")
     heartbeat_interval_seconds: int = Field(10, ge=1, description="period of the coordinator heartbeat")

@@ -65,6 +65,17 @@ class TicketNotFoundError(RiffleError):
     retriable = True
 
 
+class TicketExceededError(RiffleError):
+    """A send carries more bytes than its requireBuffer ticket reserved.
+
+    INVALID_REQUEST, not a retriable code: the same send would be refused every time. (The 0.9
+    client knows no fail-now code but NO_REGISTER, which would misname the cause; it retries a
+    send answered INVALID_REQUEST up to ``rpc.maxAttempts`` times, each refused, then fails the task.)
+    """
+
+    status = StatusCode.INVALID_REQUEST
+
+
 class InvalidRequestError(RiffleError):
     """The request is malformed (bad bitmap, bad layout, negative sizes, ...)."""
 

@@ -4,26 +4,31 @@
 
 1. the ``WORKER_IP`` environment variable when set (Riffle's override; containers and
    multi-homed hosts set it);
-2. the primary IPv4 address of the interface that holds the default route (read with
+2. the gRPC bind address when it is one address (``grpc_bind_address = "127.0.0.1"``: the
+   server is reachable there and nowhere else);
+3. the primary IPv4 address of the interface that holds the default route (read with
    pyroute2's netlink ``IPRoute``; works inside a network namespace);
-3. ``127.0.0.1``.
+4. ``127.0.0.1``.
 
-It does not cover: choosing a bind address (servers bind all interfaces) or IPv6.
+It does not cover: choosing the bind address (``grpc_bind_address``) or IPv6 default routes.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import ipaddress
 import os
 
 from loguru import logger
 
 
-def advertised_ip() -> str:
+def advertised_ip(bind_address: str | None = None) -> str:
     """See the module docstring."""
     env = os.environ.get("WORKER_IP", "").strip()
     if env:
         return env
+    if bind_address and not ipaddress.ip_address(bind_address).is_unspecified:
+        return bind_address  # a listener on one address is reachable there only
     try:
         ip = default_route_ip()
     except Exception as e:  # noqa: BLE001 - netlink unavailable (sandbox, non-Linux): fall back

@@ -15,7 +15,7 @@ See also: ``riffle_actors.transport.grpc_server`` (the gRPC adapter), ``riffle_a
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from riffle_actors.actors import ActorDeadError, ActorRef
 from riffle_actors.actors.app import (
@@ -39,13 +39,20 @@ from riffle_actors.errors import (
     NoRegisterError,
     RiffleError,
     StorageError,
+    TicketExceededError,
 )
 from riffle_actors.metrics import Metrics
 from riffle_actors.protocol.bitmap import TaskIdFilter
 from riffle_actors.protocol.blockid import BlockIdLayout
 from riffle_actors.protocol.errors import ProtocolError
 from riffle_actors.records import Block
+from riffle_actors.state.buffer import BLOCK_OVERHEAD_BYTES
 from riffle_actors.state.disk_health import DiskHealthBoard
+
+
+# A Spark reader's expected task ids fit in far less: 1M sparse ids take about 2 MiB.
+MAX_TASK_BITMAP_BYTES = 8 << 20
+INLINE_TASK_BITMAP_BYTES = 64 << 10
 
 
 def _consume_exception(fut: asyncio.Future) -> None:
@@ -57,7 +64,8 @@ def _consume_exception(fut: asyncio.Future) -> None:
 class ShuffleService:
     def __init__(self, *, directory: AppDirectory, app_manager: ActorRef, memory: ActorRef,
                  disks: Sequence[tuple[str, ActorRef]], metrics: Metrics,
-                 huge_partition_limit_bytes: int | None = None, disk_health: DiskHealthBoard | None = None):
+                 huge_partition_limit_bytes: int | None = None, disk_health: DiskHealthBoard | None = None,
+                 max_read_length: int = 64 << 20):
         self.directory = directory
         self.app_manager = app_manager
         self.memory = memory
@@ -67,6 +75,7 @@ class ShuffleService:
         # [app_config] partition_limit_memory_backpressure_ratio x capacity; None = partition limit off
         self.huge_partition_limit_bytes = huge_partition_limit_bytes
         self.disk_health = disk_health  # read-only here; written by the DiskMonitor
+        self.max_read_length = max_read_length  # grpc_max_message_size: the largest local read served
 
     def _app(self, app_id: str) -> ActorRef:
         ref = self.directory.get(app_id)
@@ -114,16 +123,27 @@ class ShuffleService:
         app = self._app(app_id)
         if not partitions:
             raise InternalError("No data in request")
+        # what the client reserved for these blocks (spec §2.2); more than the ticket would let
+        # memory grow past its capacity, so such a send is refused whatever the ticket says
+        needed = sum(len(b.data) + BLOCK_OVERHEAD_BYTES for _, blocks in partitions for b in blocks)
         # shielded: a cancelled RPC (client deadline) must not strand a taken ticket's reservation
-        inner = asyncio.ensure_future(self._take_ticket_and_append(app, app_id, shuffle_id, ticket_id, partitions))
+        inner = asyncio.ensure_future(self._take_ticket_and_append(app, app_id, shuffle_id, ticket_id, partitions,
+                                                                   needed))
         inner.add_done_callback(_consume_exception)
         accepted = await asyncio.shield(inner)
         self.metrics.received_bytes.inc(sum(len(b.data) for _, blocks in partitions for b in blocks))
         return accepted
 
     async def _take_ticket_and_append(self, app: ActorRef, app_id: str, shuffle_id: int, ticket_id: int,
-                                      partitions: tuple[tuple[int, tuple[Block, ...]], ...]) -> int:
+                                      partitions: tuple[tuple[int, tuple[Block, ...]], ...], needed: int) -> int:
         ticket_size = await self.memory.ask(TakeTicket(ticket_id=ticket_id, app_id=app_id))
+        if needed > ticket_size:
+            # the ticket is spent either way: its reservation goes back, nothing is stored
+            self.memory.tell_nowait(CommitTicket(app_id=app_id, ticket_size=ticket_size, used=0))
+            self.metrics.oversized_sends.inc()
+            raise TicketExceededError(
+                f"sendShuffleData carries {needed} bytes (data + {BLOCK_OVERHEAD_BYTES} per block) but "
+                f"requireBufferId {ticket_id} reserved {ticket_size}; refused, nothing was stored")
         try:
             # the AppActor converts the ticket into used memory (CommitTicket) once it processed this
             return await app.ask(AppendBlocks(shuffle_id=shuffle_id, partitions=partitions, ticket_size=ticket_size))
@@ -133,7 +153,7 @@ class ShuffleService:
             raise NoRegisterError(f"app {app_id!r} was removed") from None
 
     async def report_shuffle_result(self, app_id: str, shuffle_id: int, task_attempt_id: int,
-                                    partition_to_block_ids: tuple[tuple[int, tuple[int, ...]], ...]) -> int:
+                                    partition_to_block_ids: Iterable[tuple[int, Sequence[int]]]) -> int:
         return await self._ask_app(app_id, ReportShuffleResult(
             shuffle_id=shuffle_id, task_attempt_id=task_attempt_id, partition_to_block_ids=partition_to_block_ids))
 
@@ -159,8 +179,16 @@ class ShuffleService:
                               read_buffer_size: int, task_bitmap: bytes | None) -> list[Block]:
         task_filter = None
         if task_bitmap:
+            if len(task_bitmap) > MAX_TASK_BITMAP_BYTES:
+                raise InvalidRequestError(f"serializedExpectedTaskIdsBitmap of {len(task_bitmap)} bytes is above "
+                                          f"the {MAX_TASK_BITMAP_BYTES} this server decodes")
             try:
-                task_filter = TaskIdFilter.from_bytes(task_bitmap)
+                if len(task_bitmap) > INLINE_TASK_BITMAP_BYTES:
+                    # decoding is Python code (~0.1 us a byte): on a thread, the GIL's switch interval
+                    # lets the loop run every few ms instead of waiting for the whole decode
+                    task_filter = await asyncio.to_thread(TaskIdFilter.from_bytes, task_bitmap)
+                else:
+                    task_filter = TaskIdFilter.from_bytes(task_bitmap)
             except ProtocolError as e:
                 raise InvalidRequestError(f"bad serializedExpectedTaskIdsBitmap: {e}") from None
         blocks = await self._ask_app(app_id, GetMemoryData(
@@ -191,6 +219,9 @@ class ShuffleService:
                              offset: int, length: int) -> bytes:
         if offset < 0 or length < 0:
             raise InvalidRequestError(f"invalid offset {offset} / length {length}")
+        if length > self.max_read_length:
+            raise InvalidRequestError(f"length {length} is above the largest read this server serves "
+                                      f"({self.max_read_length} bytes, grpc_max_message_size)")
         disks = await self._ask_app(app_id, GetPartitionDisks(shuffle_id=shuffle_id, partition_id=partition_id))
         if not disks:
             raise InternalError(f"no local data for app {app_id} shuffle {shuffle_id} partition {partition_id}")

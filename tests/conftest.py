@@ -9,6 +9,9 @@
   ``ShuffleServerStub`` (our proto).
 - autouse ``_no_leaked_tasks``: after every async test, no asyncio task may be left running
   (servers, channels and actors must all have been stopped).
+- ``RIFFLE_TESTS_REQUIRE_ALL=1`` (set by ``.ci/run``): a skipped test fails instead, with its skip
+  reason, so a CI machine without Java, Spark, root or network namespaces cannot go green having
+  run none of those tests. The skip summary (``-rs``) is printed on every run.
 
 Tests wait on conditions (``tests.helpers.poll_until``), never on fixed sleeps.
 See also: ``tests.helpers`` and ``tests.helpers.client``; style guide §2.6-2.7.
@@ -19,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import inspect
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -33,6 +37,19 @@ from tests.helpers import leftover_tasks, poll_until
 from tests.helpers.client import UniffleClient
 
 DEFAULT_CAPACITY = "4M"
+REQUIRE_ALL_ENV = "RIFFLE_TESTS_REQUIRE_ALL"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
+    """Under ``RIFFLE_TESTS_REQUIRE_ALL=1`` a skip is a failure (see the module docstring)."""
+    outcome = yield
+    report = outcome.get_result()
+    if os.environ.get(REQUIRE_ALL_ENV) == "1" and report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = (f"this test was skipped ({reason}), but {REQUIRE_ALL_ENV}=1 requires every test "
+                           f"to run: install its prerequisite (scripts/test.sh does) or run as root")
 
 
 def _merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
@@ -53,7 +70,9 @@ def server_config(tmp_path: Path, *, capacity: str | int = DEFAULT_CAPACITY, dis
     """
     base = {
         "grpc_port": 0,
+        "grpc_bind_address": "127.0.0.1",
         "http_port": 0,
+        "http_bind_address": "127.0.0.1",
         "grace_period_sec": 0,
         "memory_store": {"capacity": capacity},
         "localfile_store": {"data_paths": [str(tmp_path / f"disk{i}") for i in range(disks)]},
@@ -84,7 +103,7 @@ async def server_factory(tmp_path: Path) -> AsyncIterator[ServerFactory]:
         nonlocal count
         count += 1
         cfg = server_config(tmp_path / f"server{count}", **overrides)
-        srv = ShuffleServer(cfg, clock=clock, host="127.0.0.1")
+        srv = ShuffleServer(cfg, clock=clock)
         started.append(srv)
         await srv.start()
         return srv

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 import orjson
 from aiohttp import web
 
+from riffle_actors.transport.listen import start_tcp_site
+
 if TYPE_CHECKING:
     from riffle_actors.server import ShuffleServer
 
@@ -51,9 +53,11 @@ def build_app(server: ShuffleServer) -> web.Application:
 
 
 async def start_http_server(server: ShuffleServer, host: str, port: int) -> tuple[web.AppRunner, int]:
-    runner = web.AppRunner(build_app(server), access_log=None)
+    runner = web.AppRunner(build_app(server), access_log=None, handle_signals=False)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_address=True)
-    await site.start()
-    bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        bound = await start_tcp_site(runner, what="HTTP", keys="http_port / http_bind_address", host=host, port=port)
+    except BaseException:
+        await runner.cleanup()
+        raise
     return runner, bound

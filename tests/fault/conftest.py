@@ -115,7 +115,9 @@ def fault_config(tmp_path: Path, *, data_paths: list[str] | None = None, capacit
     fast probe timeout and probation (2 probes), 5 s IO timeout; ``overrides`` merge per section."""
     base: dict[str, Any] = {
         "grpc_port": 0,
+        "grpc_bind_address": "127.0.0.1",
         "http_port": 0,
+        "http_bind_address": "127.0.0.1",
         "grace_period_sec": 0,
         "memory_store": {"capacity": capacity},
         "localfile_store": {
@@ -148,7 +150,7 @@ async def fault_server(tmp_path: Path, mounts: Mounts) -> AsyncIterator[Any]:
         kwargs: dict[str, Any] = {"local_io_factory": local_io}
         if probe_fn is not None:
             kwargs["probe_fn"] = probe_fn
-        srv = ShuffleServer(cfg, clock=clock, host="127.0.0.1", **kwargs)
+        srv = ShuffleServer(cfg, clock=clock, **kwargs)
         srv.faulty = faulty  # type: ignore[attr-defined]
         started.append(srv)
         await srv.start()
