@@ -3,7 +3,8 @@
 Modules, each owning one thing:
 
 - ``config``: the TOML schema (``CoordinatorConfig``) and ``load_coordinator_config``;
-- ``cluster``: the pure server registry (heartbeat expiry, status, exclusion, candidates);
+- ``cluster``: the pure server registry (heartbeat expiry, status, exclusion, candidates, admission caps);
+- ``validation``: the pure checks a shuffle server's heartbeat must pass before it is believed;
 - ``assignment``: the pure assignment strategies (partition_balance, basic; host strategies);
 - ``apps``: the pure application registry with a bounded history;
 - ``actors``: ``ClusterActor`` and ``AppRegistryActor``, which own that state at run time;

@@ -10,8 +10,8 @@ live in ``cluster.py`` / ``apps.py``):
 
 Both expire silent members on a periodic ``Tick`` that a task owned by the actor tells itself
 after ``clock.sleep(interval)``; with a ``ManualClock`` a test's ``clock.advance(...)`` drives it.
-Expected failures (``AssignmentError``, unknown server, bad status) go back to the asker and
-never crash the actor.
+Expected failures (``AssignmentError``, ``HeartbeatRefused``, unknown server, bad status) go
+back to the asker and never crash the actor.
 
 It does not cover: gRPC/HTTP decoding (``service.py``, ``http.py``) or wiring (``runtime.py``).
 """
@@ -28,6 +28,7 @@ from riffle_actors.coordinator.assignment import Assignment, AssignmentError, As
 from riffle_actors.coordinator.cluster import (
     ClusterRegistry,
     ExcludeFile,
+    HeartbeatRefused,
     ServerHeartbeat,
     ServerStatus,
 )
@@ -50,9 +51,10 @@ class Tick:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Heartbeat:
-    """A server heartbeat; the reply is True when the server is new."""
+    """A validated server heartbeat; replies True when the server is new, raises ``HeartbeatRefused``."""
 
     heartbeat: ServerHeartbeat
+    peer_host: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,13 +85,21 @@ class SetServerStatus:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RegistryStats:
+    """Replies ``ClusterRegistry.stats()`` (admission counters for ``/api/health``)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SetExcluded:
     """Replace the exclude list (tests and the file poll use it)."""
 
     server_ids: frozenset[str]
 
 
-ClusterMsg = Tick | Heartbeat | AssignShuffle | ListServers | CountCandidates | SetServerStatus | SetExcluded
+ClusterMsg = (
+    Tick | Heartbeat | AssignShuffle | ListServers | CountCandidates | SetServerStatus | SetExcluded
+    | RegistryStats
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -143,7 +153,7 @@ class _Ticking(Actor):
 class ClusterActor(_Ticking):
     """Owns the server registry and the exclude-nodes file; see the module docstring."""
 
-    expected_errors = (AssignmentError, UnknownServerError, ValueError)
+    expected_errors = (AssignmentError, HeartbeatRefused, UnknownServerError, ValueError)
 
     def __init__(
         self,
@@ -172,8 +182,8 @@ class ClusterActor(_Ticking):
 
     def receive(self, msg: ClusterMsg) -> Any:
         match msg:
-            case Heartbeat(heartbeat=hb):
-                return self.registry.heartbeat(hb)
+            case Heartbeat(heartbeat=hb, peer_host=peer):
+                return self.registry.heartbeat(hb, peer_host=peer)
             case AssignShuffle(request=request, require_tags=tags, faulty_ids=faulty):
                 result: tuple[Assignment, dict[str, ServerHeartbeat]] = self.registry.assign(
                     request, require_tags=tags, faulty_ids=faulty
@@ -183,6 +193,8 @@ class ClusterActor(_Ticking):
                 return self.registry.views()
             case CountCandidates():
                 return len(self.registry.candidates())
+            case RegistryStats():
+                return self.registry.stats()
             case SetServerStatus(server_id=sid, status=status):
                 if self.registry.get(sid) is None:
                     raise UnknownServerError(sid)

@@ -3,7 +3,8 @@
 This module owns what the coordinator knows about each shuffle server (a ``ServerNode`` keyed
 by the server id ``"<ip>-<grpcPort>[-<nettyPort>]"``) and the rules of spec §7.2:
 
-- a heartbeat creates or refreshes the node; a node silent for ``heartbeat_timeout_s``
+- a heartbeat creates or refreshes the node (the caller has validated it first:
+  ``validation.heartbeat_problems``); a node silent for ``heartbeat_timeout_s``
   (measured with the injected clock) is dropped by ``expire()`` (LOST). Unlike Riffle's Rust
   coordinator we do expire dead servers, and a stale node is never a candidate even before
   the next sweep;
@@ -15,6 +16,15 @@ by the server id ``"<ip>-<grpcPort>[-<nettyPort>]"``) and the rules of spec §7.
   ``faultyServerIds`` and offer every required tag. When there are too few, the error says
   how many servers were dropped by which rule, and names a required tag that no server offers
   (for ``GRPC_NETTY``: tells the user to set ``spark.rss.client.type=GRPC``).
+
+Admission (the protocol has no server authentication, so the registry protects itself): at most
+``capacity`` servers (``[server] max_servers``) and at most ``max_per_host`` ids registered from
+one TCP peer address (``[server] max_servers_per_host``). A heartbeat for an id registered from
+another address (``ip:grpcPort``) is refused while the registered server keeps heartbeating;
+once that server has been silent for the timeout, the new address takes the id over. So a
+second server cannot steal a live server's id (and its traffic). Each conflict is logged once per change, naming both addresses,
+and counted in ``id_conflicts_total``; refusals raise ``HeartbeatRefused`` and are counted in
+``refused`` by kind.
 
 ``ExcludeFile`` reads the operator exclude list (one server id a line, ``#`` comments) and
 re-reads it only when its mtime changes.
@@ -47,6 +57,14 @@ from riffle_actors.coordinator.config import AssignmentStrategy, HostStrategy
 _TAG_HINTS = {
     "GRPC_NETTY": "our servers do not speak Netty yet; set spark.rss.client.type=GRPC",
 }
+
+
+class HeartbeatRefused(Exception):
+    """The registry did not take a heartbeat; ``kind``: ``id_conflict``, ``registry_full``, ``host_limit``."""
+
+    def __init__(self, kind: str, message: str):
+        self.kind = kind
+        super().__init__(message)
 
 
 class ServerStatus(enum.IntEnum):
@@ -109,6 +127,7 @@ class ServerNode:
     registered_epoch_ms: int
     last_heartbeat_monotonic: float
     last_heartbeat_epoch_ms: int
+    peer_host: str | None = None  # the TCP peer the last heartbeat came from (None when unknown)
     assigned_partitions: int = 0  # since the last heartbeat (its memory figures predate them)
     total_assigned_partitions: int = 0
 
@@ -129,6 +148,7 @@ class ServerView:
     last_heartbeat_epoch_ms: int
     assigned_partitions: int
     total_assigned_partitions: int
+    peer_host: str | None = None
 
 
 @dataclass(slots=True)
@@ -151,43 +171,150 @@ class ClusterRegistry:
         strategy: AssignmentStrategy = AssignmentStrategy.PARTITION_BALANCE,
         host_strategy: HostStrategy = HostStrategy.PREFER_DIFF,
         max_servers: int = 9,
+        capacity: int = 10_000,
+        max_per_host: int = 0,
     ):
         self.clock = clock
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self.strategy = strategy
         self.host_strategy = host_strategy
-        self.max_servers = max_servers
+        self.max_servers = max_servers  # per assignment
+        self.capacity = capacity  # registered servers
+        self.max_per_host = max_per_host  # 0 = no limit
         self._nodes: dict[str, ServerNode] = {}
+        self._per_host: Counter[str] = Counter()
         self._excluded: frozenset[str] = frozenset()
         self._overrides: dict[str, ServerStatus] = {}
         self._cursor = 0
         self.lost_total = 0
+        self.id_conflicts_total = 0
+        self.refused: Counter[str] = Counter()
+        self._conflicts: dict[str, tuple[str, int]] = {}  # id -> the refused address last logged
+        self._full_logged = False
+        self._host_limit_logged: set[str] = set()
 
     # ------------------------------------------------------------------ membership
 
-    def heartbeat(self, hb: ServerHeartbeat) -> bool:
-        """Record a heartbeat; returns True when the server is new (or came back after expiry)."""
+    def heartbeat(self, hb: ServerHeartbeat, *, peer_host: str | None = None) -> bool:
+        """Record a heartbeat; returns True when the server is new (or came back after expiry).
+
+        ``peer_host`` is the address the heartbeat came from (for ``max_per_host`` and the
+        logs). Raises ``HeartbeatRefused`` when the admission rules (module docstring) say no.
+        """
         now_m, now_ms = self.clock.monotonic(), _epoch_ms(self.clock)
         node = self._nodes.get(hb.id)
-        if node is None:
-            self._nodes[hb.id] = ServerNode(
-                heartbeat=hb, registered_epoch_ms=now_ms, last_heartbeat_monotonic=now_m, last_heartbeat_epoch_ms=now_ms
+        if node is not None and _address(node.heartbeat) != _address(hb):
+            if not self._is_stale(node):
+                self._refuse_conflict(node, hb, peer_host)
+            logger.warning(
+                "server {} moved from {} to {} (peer {}): the old address was silent for {}s",
+                hb.id, _show_address(node.heartbeat), _show_address(hb), peer_host, self.heartbeat_timeout_s,
             )
-            logger.info("server {} registered ({}:{}, tags {})", hb.id, hb.ip, hb.grpc_port, sorted(hb.tags))
+            self._remove(hb.id)
+            node = None
+        if node is None:
+            self._admit(hb, peer_host)
+            self._add(ServerNode(
+                heartbeat=hb, registered_epoch_ms=now_ms, last_heartbeat_monotonic=now_m,
+                last_heartbeat_epoch_ms=now_ms, peer_host=peer_host,
+            ))
+            logger.info(
+                "server {} registered ({}, tags {}, from {})",
+                hb.id, _show_address(hb), sorted(hb.tags), peer_host,
+            )
             return True
         if node.heartbeat.reported_status is not hb.reported_status:
             logger.info("server {} reports {}", hb.id, hb.reported_status.name)
+        if node.peer_host != peer_host:
+            self._count_host(node.peer_host, -1)
+            self._count_host(peer_host, +1)
+            node.peer_host = peer_host
         node.heartbeat = hb
         node.last_heartbeat_monotonic, node.last_heartbeat_epoch_ms = now_m, now_ms
         node.assigned_partitions = 0  # fresh memory figures already reflect earlier assignments
         return False
+
+    def _refuse_conflict(self, node: ServerNode, hb: ServerHeartbeat, peer_host: str | None) -> None:
+        self.refused["id_conflict"] += 1
+        held, claimed = _show_address(node.heartbeat), _show_address(hb)
+        if self._conflicts.get(hb.id) != _address(hb):
+            self._conflicts[hb.id] = _address(hb)
+            self.id_conflicts_total += 1
+            logger.warning(
+                "server id conflict: {} is registered from {} (peer {}) and a heartbeat from {} (peer {}) "
+                "claims it too; the second one is refused while the first keeps heartbeating",
+                hb.id, held, node.peer_host, claimed, peer_host,
+            )
+        age = self.clock.monotonic() - node.last_heartbeat_monotonic
+        raise HeartbeatRefused(
+            "id_conflict",
+            f"server id {hb.id} is registered from {held} (last heartbeat {age:.0f}s ago), not {claimed}: "
+            f"give each server its own id; the id is released after {self.heartbeat_timeout_s:g}s of silence",
+        )
+
+    def _admit(self, hb: ServerHeartbeat, peer_host: str | None) -> None:
+        if len(self._nodes) >= self.capacity:
+            self.refused["registry_full"] += 1
+            if not self._full_logged:
+                self._full_logged = True
+                logger.warning(
+                    "server registry full ({} servers, [server] max_servers): new server ids are refused, "
+                    "first {} from {} (peer {})", len(self._nodes), hb.id, _show_address(hb), peer_host,
+                )
+            raise HeartbeatRefused(
+                "registry_full",
+                f"the coordinator's registry is full ({len(self._nodes)} servers, [server] max_servers); "
+                f"server {hb.id} is not registered",
+            )
+        self._full_logged = False
+        if self.max_per_host and peer_host is not None and self._per_host[peer_host] >= self.max_per_host:
+            self.refused["host_limit"] += 1
+            if peer_host not in self._host_limit_logged:
+                self._host_limit_logged.add(peer_host)
+                logger.warning(
+                    "{} server ids are registered from {} ([server] max_servers_per_host): refusing new ids "
+                    "from it, first {}", self._per_host[peer_host], peer_host, hb.id,
+                )
+            raise HeartbeatRefused(
+                "host_limit",
+                f"{self._per_host[peer_host]} server ids are already registered from {peer_host} "
+                f"([server] max_servers_per_host); server {hb.id} is not registered",
+            )
+
+    def _add(self, node: ServerNode) -> None:
+        self._nodes[node.id] = node
+        self._count_host(node.peer_host, +1)
+
+    def _remove(self, server_id: str) -> None:
+        node = self._nodes.pop(server_id)
+        self._count_host(node.peer_host, -1)
+        self._conflicts.pop(server_id, None)
+
+    def _count_host(self, host: str | None, delta: int) -> None:
+        if host is None:
+            return
+        self._per_host[host] += delta
+        if self._per_host[host] <= 0:
+            del self._per_host[host]
+        if delta < 0:
+            self._host_limit_logged.discard(host)
+
+    def stats(self) -> dict[str, object]:
+        """Admission counters for ``/api/health``."""
+        return {
+            "registered": len(self._nodes),
+            "max_servers": self.capacity,
+            "lost_total": self.lost_total,
+            "id_conflicts_total": self.id_conflicts_total,
+            "refused": dict(sorted(self.refused.items())),
+        }
 
     def expire(self) -> list[str]:
         """Drop servers silent for longer than the timeout; returns their ids."""
         deadline = self.clock.monotonic() - self.heartbeat_timeout_s
         lost = [sid for sid, n in self._nodes.items() if n.last_heartbeat_monotonic < deadline]
         for sid in lost:
-            del self._nodes[sid]
+            self._remove(sid)
             logger.warning("server {} lost: no heartbeat for {}s", sid, self.heartbeat_timeout_s)
         self.lost_total += len(lost)
         return lost
@@ -247,6 +374,7 @@ class ClusterRegistry:
                 last_heartbeat_epoch_ms=n.last_heartbeat_epoch_ms,
                 assigned_partitions=n.assigned_partitions,
                 total_assigned_partitions=n.total_assigned_partitions,
+                peer_host=n.peer_host,
             )
             for n in sorted(self._nodes.values(), key=lambda n: n.id)
         ]
@@ -339,6 +467,15 @@ class ClusterRegistry:
 
 def _epoch_ms(clock: Clock) -> int:
     return int(clock.time() * 1000)
+
+
+def _address(hb: ServerHeartbeat) -> tuple[str, int]:
+    """Where clients reach a server: what must not change under one id while it is alive."""
+    return hb.ip, hb.grpc_port
+
+
+def _show_address(hb: ServerHeartbeat) -> str:
+    return f"[{hb.ip}]:{hb.grpc_port}" if ":" in hb.ip else f"{hb.ip}:{hb.grpc_port}"
 
 
 class ExcludeFile:

@@ -6,19 +6,35 @@ This module owns the coordinator's TOML schema (``CoordinatorConfig`` and its se
 dotted key; ``validate_config``; ``load_toml``), so a typo such as ``[server] heartbeat_timout_sec``
 fails with ``server.heartbeat_timout_sec: unknown key`` instead of silently using a default.
 
-It does not cover: reading the exclude-nodes file (``cluster.ExcludeFile``) or turning the
-config into running actors (``coordinator.runtime``).
+It also resolves the ``[admin]`` credentials once, at load time (``AdminAuth.resolve``: the
+section plus the ``RIFFLE_ADMIN_*`` environment variables), so an unusable credential (an
+unreadable ``token_file``, a short token in the environment) is a ``ConfigError`` (exit code 2)
+like any other bad key; ``CoordinatorConfig.admin_auth()`` hands the result to the runtime.
+
+It does not cover: reading the exclude-nodes file (``cluster.ExcludeFile``), checking heartbeats
+(``coordinator.validation``) or turning the config into running actors (``coordinator.runtime``).
 """
 
 from __future__ import annotations
 
 import enum
+import ipaddress
 import os
+import re
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field, PrivateAttr, field_validator
 
-from riffle_actors.config import LogConfig, StrictModel, load_toml, validate_config
+from riffle_actors.config import (
+    AdminConfig,
+    BindAddress,
+    ConfigError,
+    LogConfig,
+    StrictModel,
+    load_toml,
+    validate_config,
+)
+from riffle_actors.transport.admin_auth import AdminAuth, AdminCredentialError
 
 
 class AssignmentStrategy(enum.StrEnum):
@@ -42,6 +58,27 @@ class ServerSection(StrictModel):
     heartbeat_timeout_sec: float = Field(
         30, gt=0, description="a server silent this long is dropped from the registry (LOST)"
     )
+    max_servers: int = Field(
+        10000, ge=1, description="servers registered at most; heartbeats of new ids are refused when full"
+    )
+    max_servers_per_host: int = Field(
+        64, ge=0, description="server ids registered from one source address (the TCP peer); 0 = no limit"
+    )
+    allowed_networks: list[str] = Field(
+        default_factory=list,
+        description="networks (CIDR, e.g. 10.0.0.0/8) heartbeats may come from and advertise; empty = any",
+    )
+
+    @field_validator("allowed_networks", mode="after")
+    @classmethod
+    def _check_networks(cls, value: list[str]) -> list[str]:
+        out = []
+        for entry in value:
+            try:
+                out.append(str(ipaddress.ip_network(entry.strip(), strict=False)))
+            except ValueError:
+                raise ValueError(f"{entry!r} is not a network such as 10.0.0.0/8 or 192.168.1.7/32") from None
+        return out
 
 
 class AppSection(StrictModel):
@@ -64,7 +101,13 @@ class CoordinatorConfig(StrictModel):
     """The whole ``riffle-coordinator`` TOML file."""
 
     grpc_port: int = Field(21000, ge=0, le=65535, description="gRPC port; 0 = any free port")
+    grpc_bind_address: BindAddress = Field(
+        "0.0.0.0", description="address gRPC listens on; servers and executors must reach it (0.0.0.0 = all)"
+    )
     http_port: int = Field(21001, ge=0, le=65535, description="HTTP JSON API port; 0 = any free port")
+    http_bind_address: BindAddress = Field(
+        "0.0.0.0", description="address the HTTP API listens on; 127.0.0.1 keeps it off the network"
+    )
     assignment_strategy: AssignmentStrategy = Field(
         AssignmentStrategy.PARTITION_BALANCE, description="partition_balance or basic"
     )
@@ -89,7 +132,19 @@ class CoordinatorConfig(StrictModel):
     client_conf: dict[str, str] = Field(
         default_factory=dict, description="key -> value pushed to clients by fetchClientConf(V2)"
     )
+    admin: AdminConfig = Field(default_factory=AdminConfig)
     log: LogConfig = Field(default_factory=LogConfig)
+
+    _admin_auth: AdminAuth | None = PrivateAttr(None)
+
+    def admin_auth(self) -> AdminAuth:
+        """The admin credentials: as resolved by ``load_coordinator_config``, else resolved now.
+
+        Raises ``AdminCredentialError`` (only for a config not built by ``load_coordinator_config``).
+        """
+        if self._admin_auth is not None:
+            return self._admin_auth
+        return AdminAuth.resolve(self.admin)
 
     @field_validator("client_conf", mode="after")
     @classmethod
@@ -103,11 +158,32 @@ class CoordinatorConfig(StrictModel):
 def load_coordinator_config(path: str | os.PathLike[str]) -> CoordinatorConfig:
     """Read and validate a coordinator TOML file.
 
-    A relative ``exclude_nodes_file`` resolves against the directory of the config file, so a
-    config and its exclude list can be moved together. Raises ``ConfigError``.
+    A relative ``exclude_nodes_file`` or ``[admin] token_file`` resolves against the directory of
+    the config file, so a config and its companion files can be moved together. The admin
+    credentials are resolved here (see the module docstring). Raises ``ConfigError``.
     """
     data = load_toml(path)
+    here = Path(path).resolve().parent
     exclude = data.get("exclude_nodes_file")
     if isinstance(exclude, str) and exclude and not os.path.isabs(exclude):
-        data["exclude_nodes_file"] = str(Path(path).resolve().parent / exclude)
-    return validate_config(CoordinatorConfig, data, path)
+        data["exclude_nodes_file"] = str(here / exclude)
+    admin = data.get("admin")
+    if isinstance(admin, dict):
+        token_file = admin.get("token_file")
+        if isinstance(token_file, str) and token_file and not os.path.isabs(token_file):
+            admin["token_file"] = str(here / token_file)
+    cfg = validate_config(CoordinatorConfig, data, path)
+    try:
+        cfg._admin_auth = AdminAuth.resolve(cfg.admin)
+    except AdminCredentialError as e:
+        raise ConfigError(path, [_credential_problem(str(e))]) from None
+    return cfg
+
+
+_KEYED = re.compile(r"^(admin\.\w+): (.+)$", re.DOTALL)
+
+
+def _credential_problem(message: str) -> tuple[str, str]:
+    """``(dotted key, reason)`` for an ``AdminCredentialError`` (its message may start with the key)."""
+    m = _KEYED.match(message)
+    return (m.group(1), m.group(2)) if m else ("admin", message)

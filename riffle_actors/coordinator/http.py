@@ -6,13 +6,18 @@ Routes:
 |---|---|
 | ``GET /api/servers`` | list of server dicts (``server_to_dict``), sorted by id |
 | ``GET /api/servers/{id}`` | one server dict, 404 when unknown |
-| ``POST /api/servers/{id}/status`` | body ``{"status": "DECOMMISSIONING" \\| "ACTIVE"}``: operator override (ACTIVE clears it); returns the server dict; 400 bad body, 404 unknown id |
+| ``POST /api/servers/{id}/status`` | admin (below); body ``{"status": "DECOMMISSIONING" \\| "ACTIVE"}``: operator override (ACTIVE clears it); returns the server dict; 400 bad body, 404 unknown id |
 | ``GET /api/apps`` | live apps (``app_to_dict``) |
 | ``GET /api/historical_apps`` | expired apps, newest first (bounded by ``[app] history_size``) |
-| ``GET /api/health`` | ``{"status": "ok", "servers", "active_servers", "apps", "uptime_s", "version", "rpc_calls"}`` |
+| ``GET /api/health`` | ``{"status": "ok", "servers", "active_servers", "apps", "uptime_s", "version", "rpc_calls", ...}`` (below) |
 
-Times are epoch milliseconds (``*_ms``), sizes bytes. It does not cover: the state rules or
-the gRPC API (``service.py``).
+``/api/health`` also shows the admission counters: ``max_servers``, ``server_id_conflicts`` (each
+conflict counted once) and ``heartbeats_refused`` (refused heartbeats by kind).
+
+Every route that changes state is wrapped in ``AdminAuth.guard`` (``transport.admin_auth``): 403
+and the reason while no admin credential is configured, 401 for a missing or wrong one. The
+read-only routes stay open. Times are epoch milliseconds (``*_ms``), sizes bytes. It does not
+cover: the state rules or the gRPC API (``service.py``).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from riffle_actors.actors import ActorRef
 from riffle_actors.coordinator import actors as msgs
 from riffle_actors.coordinator.apps import AppView
 from riffle_actors.coordinator.cluster import ServerStatus, ServerView
+from riffle_actors.transport.admin_auth import AdminAuth
 
 
 def server_to_dict(v: ServerView) -> dict[str, Any]:
@@ -36,6 +42,7 @@ def server_to_dict(v: ServerView) -> dict[str, Any]:
     return {
         "id": n.id,
         "ip": n.ip,
+        "peer_host": v.peer_host,
         "grpc_port": n.grpc_port,
         "netty_port": n.netty_port,
         "http_port": n.http_port,
@@ -102,6 +109,8 @@ def build_app(
     apps_ref: ActorRef,
     rpc_calls: Callable[[], dict[str, int]],
     uptime_s: Callable[[], float],
+    auth: AdminAuth,
+    heartbeats_refused: Callable[[], dict[str, int]] = dict,
 ) -> web.Application:
     """The aiohttp application; the caller runs it (``runtime.Coordinator``)."""
 
@@ -140,6 +149,7 @@ def build_app(
     async def health(_: web.Request) -> web.Response:
         views = await cluster_ref.ask(msgs.ListServers())
         live = await apps_ref.ask(msgs.ListApps())
+        registry = await cluster_ref.ask(msgs.RegistryStats())
         return _json(
             {
                 "status": "ok",
@@ -149,13 +159,16 @@ def build_app(
                 "uptime_s": round(uptime_s(), 3),
                 "version": __version__,
                 "rpc_calls": dict(sorted(rpc_calls().items())),
+                "max_servers": registry["max_servers"],
+                "server_id_conflicts": registry["id_conflicts_total"],
+                "heartbeats_refused": dict(sorted(heartbeats_refused().items())),
             }
         )
 
     app = web.Application()
     app.router.add_get("/api/servers", servers)
     app.router.add_get("/api/servers/{id}", server)
-    app.router.add_post("/api/servers/{id}/status", set_status)
+    app.router.add_post("/api/servers/{id}/status", auth.guard(set_status))  # the only state-changing route
     app.router.add_get("/api/apps", apps)
     app.router.add_get("/api/historical_apps", historical_apps)
     app.router.add_get("/api/health", health)

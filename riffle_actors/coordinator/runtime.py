@@ -5,12 +5,16 @@
 - an ``ActorSystem`` whose root supervisor keeps ``ClusterActor`` and ``AppRegistryActor``
   alive (PERMANENT; a restarted incarnation wraps the same registry object, so a crash loses
   no membership);
-- a grpc.aio server with ``CoordinatorService`` on ``cfg.grpc_port`` (0 = any free port;
-  message limits raised because a large shuffle's assignment exceeds gRPC's 4 MiB default);
-- an aiohttp site with ``http.build_app`` on ``cfg.http_port``.
+- a grpc.aio server with ``CoordinatorService`` on exactly ``grpc_bind_address:grpc_port``
+  (0 = any free port; the send limit is raised because a large shuffle's assignment exceeds
+  gRPC's 4 MiB default, the receive limit stays small: no request needs more);
+- an aiohttp site with ``http.build_app`` on exactly ``http_bind_address:http_port``, its
+  state-changing routes guarded by the admin credentials (``cfg.admin_auth()``).
 
-The bound ports are ``grpc_port`` / ``http_port`` after start. ``stop()`` closes the listeners
-(in-flight RPCs get a short grace) and then stops every actor. Use it as ``async with``.
+A port that cannot be opened raises ``transport.listen.ListenError`` (an ``OSError`` naming the
+port and its config keys), which the daemon logs as one line before exiting 1. The bound ports
+are ``grpc_port`` / ``http_port`` after start. ``stop()`` closes the listeners (in-flight RPCs
+get a short grace) and then stops every actor. Use it as ``async with``.
 
 It does not cover: command-line handling, logging or signals (``main.py`` via ``daemon.py``).
 """
@@ -32,27 +36,31 @@ from riffle_actors.coordinator.config import CoordinatorConfig
 from riffle_actors.coordinator.http import build_app
 from riffle_actors.coordinator.service import CoordinatorService
 from riffle_actors.protocol.proto import uniffle_pb2_grpc as pb_grpc
+from riffle_actors.transport.admin_auth import AdminAuth
+from riffle_actors.transport.listen import bind_grpc, start_tcp_site
 
 GRPC_OPTIONS = [
-    ("grpc.max_receive_message_length", 256 << 20),
+    ("grpc.max_receive_message_length", 16 << 20),  # heartbeats and assignment requests are small
     ("grpc.max_send_message_length", 256 << 20),
-    ("grpc.so_reuseport", 0),
+    ("grpc.so_reuseport", 0),  # a port held by another process must fail, not be shared
 ]
 
 
 class Coordinator:
     """See the module docstring."""
 
-    def __init__(self, cfg: CoordinatorConfig, *, clock: Clock | None = None, bind_host: str = "0.0.0.0"):
+    def __init__(self, cfg: CoordinatorConfig, *, clock: Clock | None = None):
         self.cfg = cfg
         self.clock: Clock = clock if clock is not None else SystemClock()
-        self.bind_host = bind_host
+        self.admin: AdminAuth = cfg.admin_auth()
         self.cluster = ClusterRegistry(
             clock=self.clock,
             heartbeat_timeout_s=cfg.server.heartbeat_timeout_sec,
             strategy=cfg.assignment_strategy,
             host_strategy=cfg.assignment_host_strategy,
             max_servers=cfg.max_assignment_servers,
+            capacity=cfg.server.max_servers,
+            max_per_host=cfg.server.max_servers_per_host,
         )
         self.apps = AppRegistry(
             clock=self.clock, heartbeat_timeout_s=cfg.app.heartbeat_timeout_sec, history_size=cfg.app.history_size
@@ -97,9 +105,10 @@ class Coordinator:
             self.service = CoordinatorService(cfg, cluster_ref=self.cluster_ref, apps_ref=self.apps_ref)
             self._grpc = grpc.aio.server(options=GRPC_OPTIONS)
             pb_grpc.add_CoordinatorServerServicer_to_server(self.service, self._grpc)
-            self.grpc_port = self._grpc.add_insecure_port(f"{self.bind_host}:{cfg.grpc_port}")
-            if self.grpc_port == 0:
-                raise OSError(f"cannot bind gRPC port {cfg.grpc_port} on {self.bind_host}")
+            self.grpc_port = bind_grpc(
+                self._grpc, what="gRPC", keys="grpc_port / grpc_bind_address",
+                host=cfg.grpc_bind_address, port=cfg.grpc_port,
+            )
             await self._grpc.start()
 
             service = self.service
@@ -108,19 +117,27 @@ class Coordinator:
                 apps_ref=self.apps_ref,
                 rpc_calls=lambda: dict(service.rpc_calls),
                 uptime_s=lambda: clock.monotonic() - self._started_at,
+                auth=self.admin,
+                heartbeats_refused=lambda: dict(service.heartbeats_refused),
             )
             self._http = web.AppRunner(app, access_log=None, handle_signals=False)
             await self._http.setup()
-            site = web.TCPSite(self._http, self.bind_host, cfg.http_port, reuse_address=True)
-            await site.start()
-            self.http_port = self._http.addresses[0][1]
+            self.http_port = await start_tcp_site(
+                self._http, what="the HTTP API", keys="http_port / http_bind_address",
+                host=cfg.http_bind_address, port=cfg.http_port,
+            )
         except BaseException:
             await self.stop()
             raise
         logger.info(
-            "coordinator up: grpc {} http {} (strategy {}, hosts {})",
-            self.grpc_port, self.http_port, cfg.assignment_strategy.value, cfg.assignment_host_strategy.value,
+            "coordinator up: grpc {}:{} http {}:{} (strategy {}, hosts {})",
+            cfg.grpc_bind_address, self.grpc_port, cfg.http_bind_address, self.http_port,
+            cfg.assignment_strategy.value, cfg.assignment_host_strategy.value,
         )
+        if self.admin.configured:
+            logger.info("HTTP admin endpoints need credentials ({})", _schemes(self.admin))
+        else:
+            logger.info("HTTP admin endpoints are disabled: no admin credentials are configured")
 
     async def stop(self, grace_s: float = 1.0) -> None:
         if self._grpc is not None:
@@ -137,3 +154,7 @@ class Coordinator:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+
+def _schemes(auth: AdminAuth) -> str:
+    return " or ".join(s for s, on in (("Bearer token", auth.token), ("HTTP Basic", auth.basic_user)) if on)

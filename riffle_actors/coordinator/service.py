@@ -5,7 +5,7 @@ state actors (``ClusterActor``, ``AppRegistryActor``) and encodes the reply. Beh
 
 | RPC | answer |
 |---|---|
-| heartbeat | SUCCESS; the server is (re-)registered |
+| heartbeat | SUCCESS, the server is (re-)registered; INVALID_REQUEST + why if malformed; ACCESS_DENIED + why if refused |
 | getShuffleAssignments | SUCCESS + a range per partition with ``dataReplica`` servers, or INTERNAL_ERROR + why |
 | registerApplicationInfo / appHeartbeat | SUCCESS; the app is recorded / kept alive |
 | fetchClientConf / fetchClientConfV2 | SUCCESS + the ``[client_conf]`` items (0.10 drivers fail to start without V2) |
@@ -16,8 +16,17 @@ state actors (``ClusterActor``, ``AppRegistryActor``) and encodes the reply. Beh
 | reportClientOperation | SUCCESS (logged) |
 | getShuffleDataStorageInfo | gRPC UNIMPLEMENTED (no client calls it) |
 
-Every call is counted in ``rpc_calls`` (exposed by ``/api/health``) so tests can check what a
-client did. It does not cover: the state rules (``cluster.py``, ``apps.py``, ``assignment.py``).
+Every call is counted in ``rpc_calls`` and every refused heartbeat in ``heartbeats_refused`` (by
+kind: ``invalid``, ``source_not_allowed``, ``id_conflict``, ``registry_full``, ``host_limit``), both
+exposed by ``/api/health``. A refusal is logged with the peer address (repeats of the same one
+are logged at the 1st, 10th, 100th, ... occurrence).
+
+A heartbeat is checked in this order: ``validation.heartbeat_problems`` (malformed: INVALID_REQUEST),
+``validation.source_problem`` (outside ``[server] allowed_networks``: ACCESS_DENIED), then the
+registry's admission rules (id conflict, ``max_servers``, ``max_servers_per_host``: ACCESS_DENIED).
+Only a heartbeat that passes all three reaches the registry.
+
+It does not cover: the state rules (``cluster.py``, ``apps.py``, ``assignment.py``).
 """
 
 from __future__ import annotations
@@ -32,8 +41,18 @@ from loguru import logger
 from riffle_actors.actors import ActorRef
 from riffle_actors.coordinator import actors as msgs
 from riffle_actors.coordinator.assignment import AssignmentError, AssignmentRequest
-from riffle_actors.coordinator.cluster import DiskInfo, ServerHeartbeat, ServerStatus
+from riffle_actors.coordinator.cluster import DiskInfo, HeartbeatRefused, ServerHeartbeat, ServerStatus
 from riffle_actors.coordinator.config import CoordinatorConfig
+from riffle_actors.coordinator.validation import (
+    RepeatFilter,
+    heartbeat_problems,
+    parse_ip,
+    parse_networks,
+    peer_host,
+    reject_message,
+    show,
+    source_problem,
+)
 from riffle_actors.protocol.proto import uniffle_pb2 as pb
 from riffle_actors.protocol.proto import uniffle_pb2_grpc as pb_grpc
 
@@ -41,8 +60,18 @@ SUCCESS = pb.SUCCESS
 INTERNAL_ERROR = pb.INTERNAL_ERROR
 
 
+def _enum_name(enum: Any, value: int, default: str) -> str:
+    try:
+        return str(enum.Name(value))
+    except ValueError:  # a value a newer peer knows and we do not
+        return default
+
+
 def decode_heartbeat(req: pb.ShuffleServerHeartBeatRequest) -> ServerHeartbeat:
-    """``ShuffleServerHeartBeatRequest`` → ``ServerHeartbeat`` (spec §1.7)."""
+    """``ShuffleServerHeartBeatRequest`` → ``ServerHeartbeat`` (spec §1.7); validate it first.
+
+    The IP is stored in its canonical form; a netty/jetty port of 0 or -1 ("none") becomes 0.
+    """
     sid = req.serverId
     status = ServerStatus.ACTIVE
     if req.HasField("status"):
@@ -53,19 +82,21 @@ def decode_heartbeat(req: pb.ShuffleServerHeartBeatRequest) -> ServerHeartbeat:
     disks = tuple(
         DiskInfo(
             mount_point=info.mountPoint or mount,
-            media=pb.StorageInfo.StorageMedia.Name(info.storageMedia),
+            media=_enum_name(pb.StorageInfo.StorageMedia, info.storageMedia, "STORAGE_TYPE_UNKNOWN"),
             capacity_bytes=info.capacity,
             used_bytes=info.usedBytes,
-            status=pb.StorageInfo.StorageStatus.Name(info.status),
+            status=_enum_name(pb.StorageInfo.StorageStatus, info.status, "STORAGE_STATUS_UNKNOWN"),
         )
         for mount, info in sorted(req.storageInfo.items())
     )
+    addr = parse_ip(sid.ip)
+    ip = str(addr) if addr is not None else sid.ip
     return ServerHeartbeat(
-        id=sid.id or f"{sid.ip}-{sid.port}",
-        ip=sid.ip,
+        id=sid.id or f"{ip}-{sid.port}",
+        ip=ip,
         grpc_port=sid.port,
         netty_port=max(sid.netty_port, 0),
-        http_port=sid.jetty_port,
+        http_port=max(sid.jetty_port, 0),
         tags=frozenset(req.tags),
         used_memory=req.usedMemory,
         pre_allocated_memory=req.preAllocatedMemory,
@@ -97,19 +128,40 @@ class CoordinatorService(pb_grpc.CoordinatorServerServicer):
             path=cfg.remote_storage.path,
             remoteStorageConf=[pb.RemoteStorageConfItem(key=k, value=v) for k, v in cfg.remote_storage.conf.items()],
         )
+        self._networks = parse_networks(cfg.server.allowed_networks)
         self.rpc_calls: Counter[str] = Counter()
+        self.heartbeats_refused: Counter[str] = Counter()
+        self._refusal_log = RepeatFilter()
 
     # ---------------------------------------------------------------- shuffle servers
 
     async def heartbeat(self, request: pb.ShuffleServerHeartBeatRequest, context: Any) -> Any:
         self.rpc_calls["heartbeat"] += 1
+        peer = peer_host(context.peer()) if context is not None else None
+        problems = heartbeat_problems(request)
+        if problems:
+            message = reject_message(problems)
+            return self._refuse("invalid", pb.INVALID_REQUEST, message, peer, request.serverId.id)
+        source = source_problem(peer, request.serverId.ip, self._networks)
+        if source is not None:
+            return self._refuse("source_not_allowed", pb.ACCESS_DENIED, source, peer, request.serverId.id)
         hb = decode_heartbeat(request)
-        if not hb.ip or hb.grpc_port <= 0:
-            return pb.ShuffleServerHeartBeatResponse(
-                status=pb.INVALID_REQUEST, retMsg=f"heartbeat of {hb.id!r} lacks serverId.ip or serverId.port"
-            )
-        await self.cluster_ref.ask(msgs.Heartbeat(heartbeat=hb))
+        try:
+            await self.cluster_ref.ask(msgs.Heartbeat(heartbeat=hb, peer_host=peer))
+        except HeartbeatRefused as e:
+            # the registry logs its refusals itself (once per change)
+            self.heartbeats_refused[e.kind] += 1
+            return pb.ShuffleServerHeartBeatResponse(status=pb.ACCESS_DENIED, retMsg=str(e))
         return pb.ShuffleServerHeartBeatResponse(status=SUCCESS, retMsg="")
+
+    def _refuse(self, kind: str, status: int, message: str, peer: str | None, server_id: str) -> Any:
+        self.heartbeats_refused[kind] += 1
+        count = self._refusal_log.hit((kind, peer, message))
+        if count is not None:
+            seen = f" (seen {count} times)" if count > 1 else ""
+            who = peer or "an unknown peer"
+            logger.warning("refused heartbeat from {} (serverId.id {}): {}{}", who, show(server_id), message, seen)
+        return pb.ShuffleServerHeartBeatResponse(status=status, retMsg=message)
 
     async def getShuffleServerList(self, request: Any, context: Any) -> Any:
         self.rpc_calls["getShuffleServerList"] += 1

@@ -37,12 +37,21 @@ from tests.helpers.upstream_proto import load_upstream_proto
 pytestmark = pytest.mark.integration
 
 CLIENT_CONF = {"rss.storage.type": "MEMORY_LOCALFILE", "rss.client.type": "GRPC"}
+ADMIN_TOKEN = "test-admin-token-0123456789"
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
 
 
 
 def make_config(**kw: Any) -> CoordinatorConfig:
-    data: dict[str, Any] = {"grpc_port": 0, "http_port": 0, "client_conf": CLIENT_CONF}
+    data: dict[str, Any] = {
+        "grpc_port": 0,
+        "grpc_bind_address": "127.0.0.1",
+        "http_port": 0,
+        "http_bind_address": "127.0.0.1",
+        "client_conf": CLIENT_CONF,
+        "admin": {"token": ADMIN_TOKEN},
+    }
     data.update(kw)
     return CoordinatorConfig.model_validate(data)
 
@@ -54,7 +63,7 @@ def clock() -> ManualClock:
 
 @pytest_asyncio.fixture
 async def coordinator(clock: ManualClock) -> AsyncIterator[Coordinator]:
-    async with Coordinator(make_config(), clock=clock, bind_host="127.0.0.1") as c:
+    async with Coordinator(make_config(), clock=clock) as c:
         yield c
 
 
@@ -212,7 +221,7 @@ async def test_the_other_coordinator_rpcs(up_stub: Any, upstream: tuple[Any, Any
 async def test_remote_storage_is_returned_when_configured(clock: ManualClock) -> None:
     cfg = make_config(remote_storage={"path": "hdfs://nn/rss", "conf": {"dfs.replication": "2"}})
     async with (
-        Coordinator(cfg, clock=clock, bind_host="127.0.0.1") as c,
+        Coordinator(cfg, clock=clock) as c,
         grpc.aio.insecure_channel(f"127.0.0.1:{c.grpc_port}") as channel,
     ):
         resp = await pb_grpc.CoordinatorServerStub(channel).fetchRemoteStorage(pb.FetchRemoteStorageRequest())
@@ -249,7 +258,12 @@ async def test_operator_can_drain_and_reactivate_a_server(
 ) -> None:
     up_pb, _ = upstream
     await register_two_servers(up_stub, up_pb)
-    status, body = await http("POST", "/api/servers/127.0.0.1-19991/status", json={"status": "DECOMMISSIONING"})
+
+    async def set_status(sid: str, **body: Any) -> tuple[int, Any]:
+        result: tuple[int, Any] = await http("POST", f"/api/servers/{sid}/status", headers=ADMIN, **body)
+        return result
+
+    status, body = await set_status("127.0.0.1-19991", json={"status": "DECOMMISSIONING"})
     assert status == 200 and body["status"] == "DECOMMISSIONING" and body["operator_status"] == "DECOMMISSIONING"
 
     def request() -> Any:
@@ -257,14 +271,14 @@ async def test_operator_can_drain_and_reactivate_a_server(
 
     resp = await up_stub.getShuffleAssignments(request())
     assert {s.id for a in resp.assignments for s in a.server} == {"127.0.0.2-19992"}
-    status, body = await http("POST", "/api/servers/127.0.0.1-19991/status", json={"status": "ACTIVE"})
+    status, body = await set_status("127.0.0.1-19991", json={"status": "ACTIVE"})
     assert status == 200 and body["status"] == "ACTIVE" and body["operator_status"] is None
     resp = await up_stub.getShuffleAssignments(request())
     assert {s.id for a in resp.assignments for s in a.server} == {"127.0.0.1-19991", "127.0.0.2-19992"}
 
-    assert (await http("POST", "/api/servers/127.0.0.1-19991/status", json={"status": "LOST"}))[0] == 400
-    assert (await http("POST", "/api/servers/127.0.0.1-19991/status", data=b"not json"))[0] == 400
-    assert (await http("POST", "/api/servers/nope/status", json={"status": "ACTIVE"}))[0] == 404
+    assert (await set_status("127.0.0.1-19991", json={"status": "LOST"}))[0] == 400
+    assert (await set_status("127.0.0.1-19991", data=b"not json"))[0] == 400
+    assert (await set_status("nope", json={"status": "ACTIVE"}))[0] == 404
 
 
 # ----------------------------------------------------------------------------- expiry (ManualClock)
@@ -304,7 +318,7 @@ async def test_exclude_file_changes_are_picked_up(clock: ManualClock, tmp_path: 
     exclude.write_text("127.0.0.1-19991\n")
     cfg = make_config(exclude_nodes_file=str(exclude), exclude_nodes_check_interval_sec=5)
     async with (
-        Coordinator(cfg, clock=clock, bind_host="127.0.0.1") as c,
+        Coordinator(cfg, clock=clock) as c,
         grpc.aio.insecure_channel(f"127.0.0.1:{c.grpc_port}") as channel,
     ):
         stub = up_grpc.CoordinatorServerStub(channel)

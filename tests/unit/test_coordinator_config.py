@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -123,4 +124,76 @@ def test_shipped_local_config_pushes_storage_and_client_type() -> None:
 def test_example_config_parses_to_the_defaults() -> None:
     # config/coordinator.example.toml is generated from the model (scripts/gen_config_docs.py).
     cfg = load_coordinator_config(REPO / "config" / "coordinator.example.toml")
-    assert cfg == CoordinatorConfig()
+    # model_dump: == would also compare the credentials resolved at load time
+    assert cfg.model_dump() == CoordinatorConfig().model_dump()
+
+
+# ------------------------------------------------------------------- issue 8: listeners, admin, admission
+
+
+@pytest.fixture
+def no_admin_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name in ("RIFFLE_ADMIN_TOKEN", "RIFFLE_ADMIN_USER", "RIFFLE_ADMIN_PASSWORD"):
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def test_security_keys_default_to_reachable_listeners_and_no_admin(tmp_path: Path, no_admin_env: Any) -> None:
+    cfg = load(tmp_path, "")
+    assert (cfg.grpc_bind_address, cfg.http_bind_address) == ("0.0.0.0", "0.0.0.0")
+    server = cfg.server
+    assert (server.max_servers, server.max_servers_per_host, server.allowed_networks) == (10000, 64, [])
+    assert cfg.admin.token is None and cfg.admin_auth().configured is False
+
+
+def test_security_keys_are_read(tmp_path: Path, no_admin_env: Any) -> None:
+    (tmp_path / "admin.token").write_text("from-a-file-0123456789\n")
+    cfg = load(
+        tmp_path,
+        'grpc_bind_address = "::1"\nhttp_bind_address = "localhost"\n'
+        '[server]\nmax_servers = 5\nmax_servers_per_host = 0\nallowed_networks = ["10.1.2.3/8", "fd00::/8"]\n'
+        '[admin]\ntoken_file = "admin.token"\nbasic_user = "ops"\nbasic_password = "long-enough-pw"\n',
+    )
+    assert (cfg.grpc_bind_address, cfg.http_bind_address) == ("::1", "127.0.0.1")
+    assert cfg.server.allowed_networks == ["10.0.0.0/8", "fd00::/8"]
+    assert (cfg.server.max_servers, cfg.server.max_servers_per_host) == (5, 0)
+    assert cfg.admin.token_file == str(tmp_path.resolve() / "admin.token")  # relative to the config file
+    auth = cfg.admin_auth()
+    assert auth.token == "from-a-file-0123456789"
+    assert (auth.basic_user, auth.basic_password) == ("ops", "long-enough-pw")
+
+
+def test_bad_security_values_name_the_key(tmp_path: Path) -> None:
+    p = problems(
+        tmp_path,
+        'grpc_bind_address = "coordinator.example.com"\nhttp_bind_address = ""\n'
+        '[server]\nmax_servers = 0\nmax_servers_per_host = -1\nallowed_networks = ["10.0.0.0/33"]\n'
+        '[admin]\ntoken = "short"\nbasic_user = "ops"\n',
+    )
+    assert set(p) == {
+        "grpc_bind_address",
+        "http_bind_address",
+        "server.max_servers",
+        "server.max_servers_per_host",
+        "server.allowed_networks",
+        "admin.token",
+    }
+    assert "not an IP address" in p["grpc_bind_address"] and "10.0.0.0/33" in p["server.allowed_networks"]
+
+
+def test_unusable_admin_credentials_are_config_errors(tmp_path: Path, no_admin_env: Any) -> None:
+    p = problems(tmp_path, '[admin]\ntoken_file = "missing.token"\n')
+    assert list(p) == ["admin.token_file"] and "cannot read" in p["admin.token_file"]
+    (tmp_path / "empty.token").write_text("\n")
+    assert "is empty" in problems(tmp_path, '[admin]\ntoken_file = "empty.token"\n')["admin.token_file"]
+    no_admin_env.setenv("RIFFLE_ADMIN_TOKEN", "too-short")
+    p = problems(tmp_path, "")
+    assert list(p) == ["admin"] and "RIFFLE_ADMIN_TOKEN" in p["admin"] and "16 characters" in p["admin"]
+
+
+def test_admin_credentials_from_the_environment_win(tmp_path: Path, no_admin_env: Any) -> None:
+    no_admin_env.setenv("RIFFLE_ADMIN_TOKEN", "env-token-0123456789")
+    cfg = load(tmp_path, '[admin]\ntoken = "file-token-0123456789"\n')
+    assert cfg.admin_auth().token == "env-token-0123456789"
+    no_admin_env.delenv("RIFFLE_ADMIN_TOKEN")
+    assert cfg.admin_auth().token == "env-token-0123456789"  # resolved once, at load time
