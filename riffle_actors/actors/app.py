@@ -7,22 +7,30 @@ single-buffer spill size is spilled right away; the MemoryManager's watermark ro
 for spill candidates and pick the largest. Spill completions drop the in-flight batch and
 give its memory back.
 
+Reports and shuffle results go through a ``SliceLane``: one at a time, in arrival order, in
+time slices of ~1 ms with the event loop's other work in between (a 2M-id result is ~0.1-0.5 s
+of CPU). Other messages are processed between the slices; none of them changes reported ids
+(a purge drops the shuffle, and an operation still running on it finishes on the detached
+state, whose result nobody can ask for any more).
+
 Supervision: temporary. A crashed AppActor is not restarted (that would hide lost data);
 the AppManager purges it and later calls get NO_REGISTER, so Spark retries the stage.
 
-See also: ``riffle_actors.state.app_state`` (the logic), ``riffle_actors.actors.app_manager``.
+See also: ``riffle_actors.state.app_state`` (the logic), ``riffle_actors.actors.slicing``,
+``riffle_actors.actors.app_manager``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Container
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
 
 from loguru import logger
 
 from riffle_actors.actors import Actor, ActorDeadError, ActorRef
 from riffle_actors.actors.memory import CommitTicket, MarkInFlight, ReleaseMemory
+from riffle_actors.actors.slicing import SliceLane
 from riffle_actors.actors.spill import SpillCompleted, SpillJob
 from riffle_actors.clock import Clock
 from riffle_actors.errors import HugePartitionBackpressureError, InvalidRequestError, RiffleError
@@ -58,7 +66,8 @@ class AppendBlocks:
 class ReportShuffleResult:
     shuffle_id: int
     task_attempt_id: int
-    partition_to_block_ids: tuple[tuple[int, tuple[int, ...]], ...]
+    # iterated once; the gRPC adapter hands over a generator of its protobuf repeated fields
+    partition_to_block_ids: Iterable[tuple[int, Sequence[int]]]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -171,6 +180,7 @@ class AppActor(Actor):
         self.huge_spill_bytes = huge_spill_bytes
         # (shuffle, partition, flight) -> futures waiting for that flight (finishShuffle, shutdown)
         self._flight_waiters: dict[tuple[int, int, int], list[asyncio.Future]] = {}
+        self._lane = SliceLane()  # reports and shuffle results, see the module docstring
         self.log = logger.bind(app_id=app_id)
 
     def receive(self, msg: AppMsg):
@@ -229,9 +239,9 @@ class AppActor(Actor):
                 p = shuffle.partitions.get(pid) if shuffle else None
                 return tuple(p.disks) if p else ()
             case ReportShuffleResult(shuffle_id=sid, partition_to_block_ids=p2b):
-                return state.report(sid, p2b)
+                return self._lane.submit(state.report_steps(sid, p2b))
             case GetShuffleResult(shuffle_id=sid, partition_ids=pids):
-                return state.shuffle_result(sid, pids)
+                return self._lane.submit(state.shuffle_result_steps(sid, pids))
             case Heartbeat():
                 return None
             case CommitShuffleTask(shuffle_id=sid):

@@ -5,20 +5,58 @@ partition that received data, the partition's disks (where its spilled files liv
 order they were first used), reported block ids per partition, commit counters and the
 last time the app was seen. Pure and synchronous; time comes from an injected clock.
 
+The two operations whose cost grows with a shuffle's size, ``report`` and
+``shuffle_result``, also exist as *steps* (``report_steps``, ``shuffle_result_steps``):
+generators that do a bounded amount of work per ``next()`` (at most ``_IDS_PER_CHUNK`` ids or
+``_STEP_WORK`` units) and return their result through ``StopIteration``. The AppActor gives
+the event loop a turn between steps (``riffle_actors.actors.slicing``); ``drain`` runs them in
+one go, which is exactly what ``report`` and ``shuffle_result`` do.
+
 See also: ``riffle_actors.state.buffer`` (one partition's memory), ``riffle_actors.actors.app``.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+from array import array
+from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from riffle_actors.clock import Clock
 from riffle_actors.errors import InvalidRequestError, NoRegisterError
-from riffle_actors.protocol.bitmap import BlockIdSet
+from riffle_actors.protocol.bitmap import BlockIdSet, id_array, union_serialize_steps
 from riffle_actors.protocol.errors import ProtocolError
 from riffle_actors.state.buffer import PartitionBuffer
+
+T = TypeVar("T")
+
+# Work per step of report_steps / shuffle_result_steps, in "ids": an id costs ~30-100 ns to convert
+# (a protobuf field is the slow source), check and add; a partition ~1-2 us of bookkeeping, hence
+# _PARTITION_WORK. A step is then ~0.1-0.8 ms on the development box: about the actor's time slice
+# (1 ms, riffle_actors.actors.slicing) at most, while the per-step overhead stays ~1 %.
+_STEP_WORK = 4096
+_PARTITION_WORK = 32
+_IDS_PER_CHUNK = 8192  # a partition's ids are converted and added this many at a time
+
+_SEQUENCE_TYPES: dict[type, bool] = {}  # per-type isinstance(..., Sequence): an ABC check costs ~0.5 us
+
+
+def _is_sequence(value: object) -> bool:
+    cls = type(value)
+    known = _SEQUENCE_TYPES.get(cls)
+    if known is None:
+        known = _SEQUENCE_TYPES[cls] = isinstance(value, Sequence)
+    return known
+
+
+def drain(steps: Generator[None, None, T]) -> T:
+    """Run ``steps`` to the end without pausing; their result."""
+    try:
+        while True:
+            next(steps)
+    except StopIteration as done:
+        return done.value
 
 
 @dataclass(slots=True)
@@ -127,35 +165,72 @@ class AppState:
 
     def report(self, shuffle_id: int, partition_to_block_ids: Iterable[tuple[int, Iterable[int]]]) -> int:
         """Add reported block ids; returns how many ids were new. INVALID_REQUEST on an id outside [0, 2**63)."""
+        return drain(self.report_steps(shuffle_id, partition_to_block_ids))
+
+    def report_steps(self, shuffle_id: int, partition_to_block_ids: Iterable[tuple[int, Iterable[int]]],
+                     ) -> Generator[None, None, int]:
+        """``report`` in steps. NO_REGISTER / INVALID_REQUEST come from the first ``next()`` / a check step.
+
+        The whole report is checked before anything is added, so a bad id rejects it without a
+        partial update. Sequences (tuples, lists, protobuf repeated fields) are sliced as they
+        are; ids are never all materialized as Python ints at once.
+        """
         shuffle = self.shuffle(shuffle_id)
-        # validate the whole report first: a bad id rejects it without a partial update
-        batches = []
+        batches: list[tuple[int, array]] = []
+        work = 0
         for partition_id, block_ids in partition_to_block_ids:
-            try:
-                batches.append((partition_id, BlockIdSet(block_ids)))
-            except ProtocolError as e:
-                raise InvalidRequestError(f"partition {partition_id}: {e}") from None
+            if not _is_sequence(block_ids):
+                block_ids = list(block_ids)  # a generator or a set: nothing to slice
+            for start in range(0, max(len(block_ids), 1), _IDS_PER_CHUNK):
+                # a slice even when it is the whole: a protobuf field converts faster as a list
+                chunk = block_ids[start:start + _IDS_PER_CHUNK]
+                try:
+                    batches.append((partition_id, id_array(chunk)))
+                except ProtocolError as e:
+                    raise InvalidRequestError(f"partition {partition_id}: {e}") from None
+                work += len(chunk) + _PARTITION_WORK
+                if work >= _STEP_WORK:
+                    work = 0
+                    yield
         new = 0
+        reported = shuffle.reported
         for partition_id, batch in batches:
-            ids = shuffle.reported.get(partition_id)
+            ids = reported.get(partition_id)
             if ids is None:
-                ids = shuffle.reported[partition_id] = BlockIdSet()
-            before = len(ids)
-            ids.union_update(batch)
-            new += len(ids) - before
+                ids = reported[partition_id] = BlockIdSet()  # also for an empty list, as before
+            new += ids.update_and_count(batch)
+            work += len(batch) + _PARTITION_WORK
+            if work >= _STEP_WORK:
+                work = 0
+                yield
         return new
 
     def shuffle_result(self, shuffle_id: int, partition_ids: Iterable[int]) -> bytes:
         """Union of the reported ids of the partitions, in the Java Roaring64 legacy format."""
+        return drain(self.shuffle_result_steps(shuffle_id, partition_ids))
+
+    def shuffle_result_steps(self, shuffle_id: int, partition_ids: Iterable[int],
+                             ) -> Generator[None, None, bytes]:
+        """``shuffle_result`` in steps: look the partitions up, then ``union_serialize_steps``.
+
+        A report processed between two steps may or may not be in the result; every id reported
+        before the first step is (sets only grow, and they are read, never copied, up front).
+        """
         shuffle = self.shuffles.get(shuffle_id)
         if shuffle is None or not shuffle.reported:
             return b""  # "never reported": the Java server answers empty bytes too
-        result = BlockIdSet()
+        reported = shuffle.reported
+        sets: list[BlockIdSet] = []
+        work = 0
         for partition_id in partition_ids:
-            ids = shuffle.reported.get(partition_id)
-            if ids is not None:
-                result.union_update(ids)
-        return result.serialize()
+            ids = reported.get(partition_id)
+            if ids:  # an empty set adds nothing to the union
+                sets.append(ids)
+            work += _PARTITION_WORK // 4  # a dict lookup, no bitmap work
+            if work >= _STEP_WORK:
+                work = 0
+                yield
+        return (yield from union_serialize_steps(sets))
 
     def memory_bytes(self) -> tuple[int, int]:
         staging = in_flight = 0
