@@ -26,6 +26,11 @@ Python. Conversion to and from the wire only rewrites bucket headers: CRoaring's
 64-bit portable format is ``u64 LE count`` then ``(u32 LE high, 32-bit portable bitmap)``
 per bucket, so the inner bitmaps are copied byte for byte and never re-encoded.
 
+For shuffles with millions of ids, two helpers keep the work bounded and cheap: ``id_array``
+checks a batch of ids in C (``BlockIdSet.update`` then adds it with one ``add_many``), and
+``union_serialize_steps`` unions many sets pairwise, one C call per step, so that a caller on
+the event loop can pause between steps (``riffle_actors.state.app_state``).
+
 Ids are non-negative Java longs, i.e. ``0 <= id < 2**63``; anything else is rejected
 with ``ProtocolError`` (field ``block_id`` on input, ``bitmap.bucket[i].high`` on decode).
 """
@@ -33,8 +38,9 @@ with ``ProtocolError`` (field ``block_id`` on input, ``bitmap.bucket[i].high`` o
 from __future__ import annotations
 
 import struct
+import sys
 from array import array
-from collections.abc import Iterable, Iterator, Sized
+from collections.abc import Generator, Iterable, Iterator, Sequence, Sized
 
 from pyroaring import BitMap, BitMap64
 
@@ -45,7 +51,9 @@ __all__ = [
     "BlockIdSet",
     "TaskIdFilter",
     "deserialize_block_ids",
+    "id_array",
     "serialize_block_ids",
+    "union_serialize_steps",
 ]
 
 Buffer = bytes | bytearray | memoryview
@@ -72,6 +80,8 @@ _MAX_HIGH = 0x7FFFFFFF  # highs above hold ids >= 2**63, i.e. negative Java long
 
 _SMALL_BATCH = 16  # update(): below this, validate in Python and skip the temporary bitmap
 _BYTES_BELOW_16 = bytes(range(16))  # high byte of cardinality-1 < 16 <=> array container
+_BYTES_BELOW_128 = bytes(range(128))  # most significant byte of a u64 < 0x80 <=> the id is < 2**63
+_MSB_INDEX = 7 if sys.byteorder == "little" else 0  # of each 8-byte item of an array('Q')
 
 
 # --------------------------------------------------------------------------------------
@@ -166,10 +176,11 @@ def _portable_size(mv: memoryview, pos: int, end: int, field: str) -> int:
 
 
 def _byte_view(buf: Buffer) -> memoryview:
+    """A contiguous 1-D byte view of ``buf`` (a strided view is copied: ``struct`` cannot read it)."""
     mv = memoryview(buf)
+    if not mv.c_contiguous:
+        mv = memoryview(mv.tobytes())
     if mv.format != "B" or mv.ndim != 1:
-        if not mv.c_contiguous:
-            mv = memoryview(mv.tobytes())
         mv = mv.cast("B")
     return mv
 
@@ -197,11 +208,23 @@ def _parse_legacy(mv: memoryview) -> dict[int, tuple[int, int, int]]:
         start = pos + 4
         pos = start + _portable_size(mv, start, end, f"bitmap.bucket[{i}]")
         # A repeated high replaces the earlier bucket, like Java's TreeMap.put in
-        # Roaring64NavigableMap.deserialize.
+        # Roaring64NavigableMap.deserialize. The replaced bucket never reaches CRoaring, so it is
+        # validated here: malformed bytes are refused wherever they sit (Java never repeats a high).
+        replaced = buckets.get(high)
+        if replaced is not None:
+            _check_bucket(mv, *replaced)
         buckets[high] = (i, start, pos)
     if pos != end:
         raise ProtocolError("bitmap", f"{end - pos} trailing bytes after {count} buckets")
     return buckets
+
+
+def _check_bucket(mv: memoryview, i: int, start: int, stop: int) -> None:
+    """Raise ``ProtocolError`` if pyroaring rejects the containers of bucket ``i``."""
+    try:
+        BitMap.deserialize(bytes(mv[start:stop]))
+    except ValueError as exc:
+        raise ProtocolError(f"bitmap.bucket[{i}].containers", str(exc)) from None
 
 
 def _invalid_bucket(
@@ -258,6 +281,13 @@ class BlockIdSet:
         if isinstance(block_ids, BlockIdSet):
             self._bitmap |= block_ids._bitmap
             return
+        if type(block_ids) is _IdArray:  # from id_array: checked already
+            self._bitmap.update(block_ids)  # add_many: per id, not per container of this set
+            return
+        if type(block_ids) is array and block_ids.typecode == "Q":
+            _check_below_2_63(block_ids)  # C integers: only the upper bound is left to check
+            self._bitmap.update(block_ids)
+            return
         if isinstance(block_ids, Sized) and len(block_ids) <= _SMALL_BATCH:
             # One task's report is a handful of ids: a range check in Python plus one
             # C call beats building a temporary bitmap (~0.5 us vs ~1 us for 2 ids).
@@ -278,6 +308,12 @@ class BlockIdSet:
         if batch and batch.max() > MAX_ID:
             raise ProtocolError("block_id", f"{batch.max()} is outside [0, 2**63)")
         self._bitmap |= batch
+
+    def update_and_count(self, block_ids: Iterable[int]) -> int:
+        """``update``, returning how many of the ids were not in the set yet."""
+        before = len(self._bitmap)
+        self.update(block_ids)
+        return len(self._bitmap) - before
 
     def union_update(self, other: BlockIdSet | Iterable[int]) -> None:
         if isinstance(other, BlockIdSet):
@@ -434,3 +470,76 @@ def serialize_block_ids(block_ids: Iterable[int]) -> bytes:
 def deserialize_block_ids(buf: Buffer) -> BlockIdSet:
     """Parse LEGACY bytes (zero-length = empty set) into a ``BlockIdSet``."""
     return BlockIdSet.deserialize(buf)
+
+
+class _IdArray(array):
+    """An ``array('Q')`` made by ``id_array``: every id is known to be below 2**63."""
+
+    __slots__ = ()
+
+
+def _check_below_2_63(ids: array) -> None:
+    """``ProtocolError`` unless every id of the ``array('Q')`` is below 2**63.
+
+    A long array is checked on the most significant byte of each id, with C-level slicing
+    (~3 ns per id against ~30 for ``max``, which makes a Python int of every id).
+    """
+    if len(ids) <= 64:
+        bad = bool(ids) and max(ids) > MAX_ID
+    else:
+        bad = bool(bytes(memoryview(ids).cast("B")[_MSB_INDEX::8]).translate(None, _BYTES_BELOW_128))
+    if bad:
+        raise ProtocolError("block_id", f"{max(ids)} is outside [0, 2**63)")
+
+
+def id_array(block_ids: Iterable[int]) -> array:
+    """``block_ids`` as ``array('Q')``, each checked to be an int in ``[0, 2**63)`` (else ``ProtocolError``).
+
+    The conversion runs in C and already rejects floats, negative ids and ids >= 2**64; the
+    upper bound is checked on the bytes. ``BlockIdSet.update`` adds such an array with one
+    ``add_many``, without the temporary bitmap or the checks other iterables go through. A
+    list is the fastest input (a protobuf repeated field is best sliced into one first).
+    """
+    try:
+        ids = _IdArray("Q", block_ids)
+    except OverflowError as exc:
+        raise ProtocolError("block_id", f"outside [0, 2**63): {exc}") from None
+    except TypeError as exc:
+        raise ProtocolError("block_id", f"not an int: {exc}") from None
+    _check_below_2_63(ids)
+    return ids
+
+
+def union_serialize_steps(sets: Sequence[BlockIdSet]) -> Generator[None, None, bytes]:
+    """LEGACY bytes of the union of ``sets``, computed one C call per step.
+
+    A generator: each ``next()`` does one pairwise union (the last one serializes), and the
+    ``StopIteration`` value is the bytes. A caller that must stay responsive (an actor on the
+    event loop) gives the loop a turn between steps; running it to the end in one go gives the
+    plain result.
+
+    Why pairwise: folding the sets one by one into an accumulator (``acc |= s``) costs
+    O(containers of acc) per set, because CRoaring's 64-bit in-place OR walks both operands.
+    20000 partitions of 100 ids took ~5 s that way. Merging as a balanced tree touches each
+    container once per level: O(total · log n), and the biggest step is the union of the two
+    halves. The bytes are the same as the fold's: a union of array and bitset containers is
+    canonical (array up to 4096 values, bitset above), and reports build no run containers.
+
+    The inputs are never modified, but they are read when their step comes: an id a set held
+    when the call started is in the result; one added to it meanwhile may be too.
+    """
+    level = [s._bitmap for s in sets]
+    while len(level) > 1:
+        paired = []
+        for i in range(1, len(level), 2):
+            paired.append(level[i - 1] | level[i])
+            yield
+        if len(level) % 2:
+            paired.append(level[-1])
+        level = paired
+    if not level:
+        return _EMPTY_LEGACY
+    yield  # serializing the result is a step of its own
+    result = BlockIdSet.__new__(BlockIdSet)
+    result._bitmap = level[0]  # possibly one of the inputs: only read here
+    return result.serialize()

@@ -150,6 +150,8 @@ def build_index(blocks: Sequence[IndexedBlock], start_offset: int) -> tuple[byte
 def decode_index(buf: bytes | bytearray | memoryview) -> list[IndexEntry]:
     """All complete records of ``buf``; a torn tail (``len % 40`` bytes) is ignored."""
     mv = memoryview(buf)
+    if not mv.c_contiguous:  # a strided view: neither cast() nor iter_unpack() can read it
+        mv = memoryview(mv.tobytes())
     if mv.format != "B" or mv.ndim != 1:
         mv = mv.cast("B")
     whole = len(mv) - len(mv) % INDEX_RECORD_SIZE

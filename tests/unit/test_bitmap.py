@@ -241,6 +241,29 @@ def test_a_repeated_high_replaces_the_earlier_bucket_like_java_treemap_put() -> 
     assert list(BlockIdSet.deserialize(repeated)) == [5]
 
 
+def test_a_replaced_bucket_must_still_be_well_formed() -> None:
+    # found by tests/fuzz (block_id_set, against its reference decoder): the bucket a repeated
+    # high replaced never reached CRoaring, so its unsorted array container was accepted
+    bad_then_good = h(
+        """
+        00 00000002
+        00000000 3a300000 01000000 0000 0100 10000000 0200 0100   # array [2, 1]: not sorted
+        00000000 3a300000 01000000 0000 0000 10000000 0500
+        """
+    )
+    for decode in (BlockIdSet.deserialize, TaskIdFilter.from_bytes):
+        with pytest.raises(ProtocolError) as info:
+            decode(bad_then_good)
+        assert info.value.field == "bitmap.bucket[0].containers"
+    fuzzed = bytes.fromhex(  # the fuzzer's input: buckets with highs 0 (invalid), 0 and 2048
+        "0000000003000000003a3000000200000000000100c0010100180000001c00000001000200000100"
+        "00000000003a3000000200000000000100c0010100180000001c0000000100020001000200000008"
+        "003a3000000200000000000100c0010100180000001c0000000100020001000200"
+    )
+    with pytest.raises(ProtocolError, match="not strictly increasing"):
+        BlockIdSet.deserialize(fuzzed)
+
+
 def test_a_nonzero_signed_longs_flag_is_accepted() -> None:
     assert list(BlockIdSet.deserialize(b"\x01" + ONE_TWO_THREE[1:])) == [1, 2, 3]
 
@@ -284,6 +307,21 @@ def test_decoder_accepts_bytearray_and_memoryview() -> None:
     assert set(BlockIdSet.deserialize(bytearray(THREE_BUCKETS))) == THREE_BUCKETS_IDS
     padded = memoryview(b"xx" + THREE_BUCKETS + b"yy")[2:-2]
     assert set(BlockIdSet.deserialize(padded)) == THREE_BUCKETS_IDS
+
+
+def test_decoders_accept_a_strided_memoryview() -> None:
+    # found by tests/fuzz (block_id_set, task_id_filter) on b"\0\0\0\0\0": a 1-D byte view with a
+    # step skipped the copy and struct raised BufferError ("underlying buffer is not C-contiguous")
+    interleaved = bytearray(2 * len(THREE_BUCKETS))
+    interleaved[::2] = THREE_BUCKETS
+    strided = memoryview(interleaved)[::2]
+    assert not strided.c_contiguous
+    assert set(BlockIdSet.deserialize(strided)) == THREE_BUCKETS_IDS
+    task_filter = TaskIdFilter.from_bytes(strided)
+    assert task_filter is not None and set(task_filter) == THREE_BUCKETS_IDS
+    assert len(BlockIdSet.deserialize(memoryview(bytearray(10))[::2])) == 0
+    with pytest.raises(ProtocolError):
+        BlockIdSet.deserialize(memoryview(bytearray(12))[::2])
 
 
 # ---------------------------------------------------------------------------------------

@@ -104,6 +104,15 @@ def test_decode_accepts_memoryview_and_bytearray() -> None:
     assert decode_index(memoryview(b"zz" + SPEC_RECORD)[2:]) == [SPEC_ENTRY]
 
 
+def test_decode_accepts_a_strided_memoryview() -> None:
+    # found by tests/fuzz (decode_index) on the spec record: a view with a step raised BufferError
+    interleaved = bytearray(2 * (len(SPEC_RECORD) + 3))
+    interleaved[::2] = SPEC_RECORD + b"abc"
+    strided = memoryview(interleaved)[::2]
+    assert not strided.c_contiguous
+    assert decode_index(strided) == [SPEC_ENTRY]
+
+
 def test_values_that_do_not_fit_name_the_record_and_field() -> None:
     with pytest.raises(ProtocolError) as info:
         encode_index([SPEC_ENTRY, SPEC_ENTRY._replace(uncompress_length=1 << 31)])
