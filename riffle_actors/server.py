@@ -35,7 +35,7 @@ from collections.abc import Callable
 from loguru import logger
 
 from riffle_actors import __version__
-from riffle_actors.actors import ActorSystem, ChildSpec, RestartPolicy, Supervisor
+from riffle_actors.runtime import ActorSystem, ChildSpec, RestartPolicy, Supervisor
 from riffle_actors.actors.app import AppActor
 from riffle_actors.actors.app_manager import (
     AppDirectory,
@@ -49,8 +49,8 @@ from riffle_actors.actors.disk import DiskActor, DiskResources, GetDiskInfo
 from riffle_actors.actors.disk_monitor import DiskMonitorActor, GetProbeStats, ProbeStats, RunProbeRound
 from riffle_actors.actors.memory import AttachAppManager, ExpireTickets, GetBudget, MemoryManagerActor
 from riffle_actors.actors.spill import GetSpillStats, SpillDispatcherActor
-from riffle_actors.actors.timer import ScheduleEvery, TimerActor
-from riffle_actors.clock import Clock, SystemClock
+from riffle_actors.runtime.timer import ScheduleEvery, TimerActor
+from riffle_actors.runtime.clock import Clock, SystemClock
 from riffle_actors.config import ServerConfig, load_config
 from riffle_actors.io.local import LOCAL_IO, LocalIO
 from riffle_actors.io.probe import ProbeFn, ProbeResult, probe_disk

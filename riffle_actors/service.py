@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Sequence
 
-from riffle_actors.actors import ActorDeadError, ActorRef
+from riffle_actors.runtime import ActorDeadError, ActorRef
 from riffle_actors.actors.app import (
     AppendBlocks,
     CheckHugePartitions,

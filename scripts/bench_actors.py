@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from riffle_actors.actors import Actor, ActorRef, ActorSystem  # noqa: E402
+from riffle_actors.runtime import Actor, ActorRef, ActorSystem  # noqa: E402
 
 
 class Counter(Actor):

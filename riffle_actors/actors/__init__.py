@@ -1,39 +1,5 @@
-"""The in-process asyncio actor runtime and the server's actors.
+"""The shuffle server's actors: memory, apps, app manager, spill dispatcher, disks, disk monitor, heartbeat.
 
-This package ``__init__`` re-exports only the runtime API (``mailbox``, ``base``, ``supervisor``,
-``system``, ``timer``); the server's actors (memory, app, disk, ...) are imported from their own modules.
-See ``base.py`` for processing and failure semantics, ``supervisor.py`` for restarts and how to start
-children, ``timer.py`` for deadlines.
+Each module owns one actor kind and the messages it receives. They are built on the actor runtime
+(``riffle_actors.runtime``) and import only its public names.
 """
-
-from riffle_actors.actors.base import Actor, ActorRef, Terminated
-from riffle_actors.actors.mailbox import ActorDeadError, MailboxFullError, MailboxStatistics
-from riffle_actors.actors.supervisor import (
-    ChildSpec,
-    ChildStartError,
-    RestartIntensityExceeded,
-    RestartPolicy,
-    Supervisor,
-)
-from riffle_actors.actors.system import ActorSystem
-from riffle_actors.actors.timer import Cancel, FireDue, Schedule, ScheduleEvery, TimerActor
-
-__all__ = [
-    "Actor",
-    "ActorDeadError",
-    "ActorRef",
-    "ActorSystem",
-    "Cancel",
-    "ChildSpec",
-    "ChildStartError",
-    "FireDue",
-    "MailboxFullError",
-    "MailboxStatistics",
-    "RestartIntensityExceeded",
-    "RestartPolicy",
-    "Schedule",
-    "ScheduleEvery",
-    "Supervisor",
-    "Terminated",
-    "TimerActor",
-]

@@ -16,7 +16,7 @@ state, whose result nobody can ask for any more).
 Supervision: temporary. A crashed AppActor is not restarted (that would hide lost data);
 the AppManager purges it and later calls get NO_REGISTER, so Spark retries the stage.
 
-See also: ``riffle_actors.state.app_state`` (the logic), ``riffle_actors.actors.slicing``,
+See also: ``riffle_actors.state.app_state`` (the logic), ``riffle_actors.runtime.slicing``,
 ``riffle_actors.actors.app_manager``.
 """
 
@@ -28,11 +28,11 @@ from dataclasses import dataclass
 
 from loguru import logger
 
-from riffle_actors.actors import Actor, ActorDeadError, ActorRef
+from riffle_actors.runtime import Actor, ActorDeadError, ActorRef
 from riffle_actors.actors.memory import CommitTicket, MarkInFlight, ReleaseMemory
-from riffle_actors.actors.slicing import SliceLane
+from riffle_actors.runtime.slicing import SliceLane
 from riffle_actors.actors.spill import SpillCompleted, SpillJob
-from riffle_actors.clock import Clock
+from riffle_actors.runtime.clock import Clock
 from riffle_actors.errors import HugePartitionBackpressureError, InvalidRequestError, RiffleError
 from riffle_actors.protocol.blockid import BlockIdLayout
 from riffle_actors.records import Block

@@ -29,12 +29,12 @@ from functools import partial
 
 from loguru import logger
 
-from riffle_actors.actors import Actor, ActorDeadError, ActorRef, ChildSpec, RestartPolicy, Terminated
+from riffle_actors.runtime import Actor, ActorDeadError, ActorRef, ChildSpec, RestartPolicy, Terminated
 from riffle_actors.actors.app import AppActor, GetAppInfo, GetSpillCandidates, IsExpired, PurgeShuffle, \
     SpillAll, SpillPartitions
 from riffle_actors.actors.disk import PurgeFiles, UnfenceApp
 from riffle_actors.actors.memory import PurgeAppMemory, SpillLargest, SpillRoundDone
-from riffle_actors.clock import Clock
+from riffle_actors.runtime.clock import Clock
 from riffle_actors.errors import InvalidRequestError, RiffleError
 
 _APP_ID_RE = re.compile(r"^[A-Za-z0-9._@:+=,-]{1,255}$")

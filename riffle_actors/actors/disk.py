@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 from loguru import logger
 
-from riffle_actors.actors import Actor, ActorRef
+from riffle_actors.runtime import Actor, ActorRef
 from riffle_actors.errors import RiffleError, StatusCode
 from riffle_actors.io.local import LOCAL_IO, LocalIO, classify
 from riffle_actors.records import Block

@@ -39,9 +39,9 @@ from dataclasses import dataclass
 
 from loguru import logger
 
-from riffle_actors.actors import Actor, ActorDeadError, ActorRef
+from riffle_actors.runtime import Actor, ActorDeadError, ActorRef
 from riffle_actors.actors.spill import DiskHealthChanged
-from riffle_actors.clock import Clock, SystemClock
+from riffle_actors.runtime.clock import Clock, SystemClock
 from riffle_actors.io.probe import ProbeFn, ProbeResult, probe_disk
 from riffle_actors.io.probe_fleet import ProbeFleet, ProbeTarget
 from riffle_actors.io.probe_worker import function_ref

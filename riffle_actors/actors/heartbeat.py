@@ -41,8 +41,8 @@ import grpc
 from loguru import logger
 
 from riffle_actors import __version__
-from riffle_actors.actors import Actor
-from riffle_actors.clock import Clock, SystemClock
+from riffle_actors.runtime import Actor
+from riffle_actors.runtime.clock import Clock, SystemClock
 from riffle_actors.log import RateLimitedLog
 from riffle_actors.protocol.proto import uniffle_pb2 as pb
 from riffle_actors.protocol.proto import uniffle_pb2_grpc as pb_grpc

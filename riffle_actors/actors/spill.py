@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 
 from loguru import logger
 
-from riffle_actors.actors import Actor, ActorDeadError, ActorRef
+from riffle_actors.runtime import Actor, ActorDeadError, ActorRef
 from riffle_actors.actors.disk import AppPurgedError, DiskIOError, WriteBatch, WriteResult
-from riffle_actors.clock import Clock, SystemClock
+from riffle_actors.runtime.clock import Clock, SystemClock
 from riffle_actors.log import RateLimitedLog
 from riffle_actors.records import Block
 from riffle_actors.state.disk_health import DiskHealthBoard

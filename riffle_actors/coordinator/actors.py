@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from riffle_actors.actors import Actor
-from riffle_actors.clock import Clock
+from riffle_actors.runtime import Actor
+from riffle_actors.runtime.clock import Clock
 from riffle_actors.coordinator.apps import AppRegistry, AppView
 from riffle_actors.coordinator.assignment import Assignment, AssignmentError, AssignmentRequest
 from riffle_actors.coordinator.cluster import (

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 from loguru import logger
 
-from riffle_actors.clock import Clock
+from riffle_actors.runtime.clock import Clock
 from riffle_actors.coordinator.assignment import (
     Assignment,
     AssignmentError,

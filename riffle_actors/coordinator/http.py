@@ -29,7 +29,7 @@ import orjson
 from aiohttp import web
 
 from riffle_actors import __version__
-from riffle_actors.actors import ActorRef
+from riffle_actors.runtime import ActorRef
 from riffle_actors.coordinator import actors as msgs
 from riffle_actors.coordinator.apps import AppView
 from riffle_actors.coordinator.cluster import ServerStatus, ServerView

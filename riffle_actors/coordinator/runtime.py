@@ -27,8 +27,8 @@ import grpc
 from aiohttp import web
 from loguru import logger
 
-from riffle_actors.actors import ActorRef, ActorSystem, ChildSpec, RestartPolicy
-from riffle_actors.clock import Clock, SystemClock
+from riffle_actors.runtime import ActorRef, ActorSystem, ChildSpec, RestartPolicy
+from riffle_actors.runtime.clock import Clock, SystemClock
 from riffle_actors.coordinator.actors import AppRegistryActor, ClusterActor
 from riffle_actors.coordinator.apps import AppRegistry
 from riffle_actors.coordinator.cluster import ClusterRegistry, ExcludeFile

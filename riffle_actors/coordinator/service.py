@@ -38,7 +38,7 @@ from typing import Any
 import grpc
 from loguru import logger
 
-from riffle_actors.actors import ActorRef
+from riffle_actors.runtime import ActorRef
 from riffle_actors.coordinator import actors as msgs
 from riffle_actors.coordinator.assignment import AssignmentError, AssignmentRequest
 from riffle_actors.coordinator.cluster import DiskInfo, HeartbeatRefused, ServerHeartbeat, ServerStatus

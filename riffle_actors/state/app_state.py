@@ -9,7 +9,7 @@ The two operations whose cost grows with a shuffle's size, ``report`` and
 ``shuffle_result``, also exist as *steps* (``report_steps``, ``shuffle_result_steps``):
 generators that do a bounded amount of work per ``next()`` (at most ``_IDS_PER_CHUNK`` ids or
 ``_STEP_WORK`` units) and return their result through ``StopIteration``. The AppActor gives
-the event loop a turn between steps (``riffle_actors.actors.slicing``); ``drain`` runs them in
+the event loop a turn between steps (``riffle_actors.runtime.slicing``); ``drain`` runs them in
 one go, which is exactly what ``report`` and ``shuffle_result`` do.
 
 See also: ``riffle_actors.state.buffer`` (one partition's memory), ``riffle_actors.actors.app``.
@@ -23,7 +23,7 @@ from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from riffle_actors.clock import Clock
+from riffle_actors.runtime.clock import Clock
 from riffle_actors.errors import InvalidRequestError, NoRegisterError
 from riffle_actors.protocol.bitmap import BlockIdSet, id_array, union_serialize_steps
 from riffle_actors.protocol.errors import ProtocolError
@@ -34,7 +34,7 @@ T = TypeVar("T")
 # Work per step of report_steps / shuffle_result_steps, in "ids": an id costs ~30-100 ns to convert
 # (a protobuf field is the slow source), check and add; a partition ~1-2 us of bookkeeping, hence
 # _PARTITION_WORK. A step is then ~0.1-0.8 ms on the development box: about the actor's time slice
-# (1 ms, riffle_actors.actors.slicing) at most, while the per-step overhead stays ~1 %.
+# (1 ms, riffle_actors.runtime.slicing) at most, while the per-step overhead stays ~1 %.
 _STEP_WORK = 4096
 _PARTITION_WORK = 32
 _IDS_PER_CHUNK = 8192  # a partition's ids are converted and added this many at a time

@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 import pytest_asyncio
 
-from riffle_actors.actors import ActorSystem
-from riffle_actors.clock import ManualClock
+from riffle_actors.runtime import ActorSystem
+from riffle_actors.runtime.clock import ManualClock
 
 Poll = Callable[[Callable[[], bool]], Awaitable[None]]
 Settle = Callable[[], Awaitable[None]]

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from riffle_actors.actors import (
+from riffle_actors.runtime import (
     Actor,
     ActorDeadError,
     ActorRef,

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from riffle_actors.actors import Actor, ActorDeadError, ActorRef, ActorSystem, slicing
+from riffle_actors.runtime import Actor, ActorDeadError, ActorRef, ActorSystem, slicing
 from riffle_actors.actors.app import (
     AppActor,
     GetShuffleResult,
@@ -22,8 +22,8 @@ from riffle_actors.actors.app import (
     RegisterShuffle,
     ReportShuffleResult,
 )
-from riffle_actors.actors.slicing import SliceLane
-from riffle_actors.clock import ManualClock
+from riffle_actors.runtime.slicing import SliceLane
+from riffle_actors.runtime.clock import ManualClock
 from riffle_actors.errors import InvalidRequestError, NoRegisterError
 from riffle_actors.protocol.bitmap import BlockIdSet
 from riffle_actors.protocol.blockid import SPARK_DEFAULT

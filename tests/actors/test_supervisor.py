@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from riffle_actors.actors import (
+from riffle_actors.runtime import (
     Actor,
     ActorDeadError,
     ActorSystem,
@@ -19,7 +19,7 @@ from riffle_actors.actors import (
     Supervisor,
     Terminated,
 )
-from riffle_actors.clock import ManualClock
+from riffle_actors.runtime.clock import ManualClock
 
 Poll = Callable[[Callable[[], bool]], Awaitable[None]]
 Settle = Callable[[], Awaitable[None]]

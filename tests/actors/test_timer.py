@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from riffle_actors.actors import (
+from riffle_actors.runtime import (
     Actor,
     ActorRef,
     ActorSystem,
@@ -17,7 +17,7 @@ from riffle_actors.actors import (
     ScheduleEvery,
     TimerActor,
 )
-from riffle_actors.clock import ManualClock, SystemClock
+from riffle_actors.runtime.clock import ManualClock, SystemClock
 
 Poll = Callable[[Callable[[], bool]], Awaitable[None]]
 

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from riffle_actors.clock import Clock
+from riffle_actors.runtime.clock import Clock
 from riffle_actors.config import ServerConfig, validate_config
 from riffle_actors.io.faults import FaultyLocalIO
 from riffle_actors.server import ShuffleServer

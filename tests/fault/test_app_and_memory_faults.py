@@ -10,8 +10,8 @@ import errno
 import pytest
 
 from riffle_actors.actors.app_manager import GetHistory
-from riffle_actors.actors.timer import FireDue
-from riffle_actors.clock import ManualClock
+from riffle_actors.runtime.timer import FireDue
+from riffle_actors.runtime.clock import ManualClock
 from tests.fault.conftest import open_files_under
 from tests.fault.scenario import APP, Workload
 from tests.helpers import app_dirs, budget_figures, poll_until, wait_server_clean

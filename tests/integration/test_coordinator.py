@@ -18,7 +18,7 @@ import pytest
 import pytest_asyncio
 from google.protobuf import empty_pb2
 
-from riffle_actors.actors import ActorSystem
+from riffle_actors.runtime import ActorSystem
 from riffle_actors.actors.heartbeat import (
     DiskSnapshot,
     GetHeartbeatStats,
@@ -26,7 +26,7 @@ from riffle_actors.actors.heartbeat import (
     HeartbeatSnapshot,
     SendHeartbeatNow,
 )
-from riffle_actors.clock import ManualClock
+from riffle_actors.runtime.clock import ManualClock
 from riffle_actors.coordinator.config import CoordinatorConfig
 from riffle_actors.coordinator.runtime import Coordinator
 from riffle_actors.protocol.proto import uniffle_pb2 as pb

@@ -1,7 +1,7 @@
 """Big reports and shuffle results over gRPC: exact bytes, and other apps are served meanwhile.
 
 The AppActor handles reportShuffleResult and getShuffleResult* in time slices
-(``riffle_actors.actors.slicing``). Here, through a real in-process server: results of a
+(``riffle_actors.runtime.slicing``). Here, through a real in-process server: results of a
 600k-id shuffle (many partitions, several high-32-bit buckets) are byte-identical to the
 canonical encoding of the expected ids, for every partition subset and whatever blockIdLayout the
 request carries (the server keeps ids per reported partition, so the layout selects nothing);
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from riffle_actors.actors import slicing
+from riffle_actors.runtime import slicing
 from riffle_actors.errors import StatusCode
 from riffle_actors.protocol.bitmap import BlockIdSet
 from riffle_actors.protocol.blockid import RIFFLE_FALLBACK, SPARK_DEFAULT, UNIFFLE_DEFAULT

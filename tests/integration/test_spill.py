@@ -19,7 +19,7 @@ import grpc
 import pytest
 
 from riffle_actors.actors.spill import DiskHealthChanged, GetSpillStats
-from riffle_actors.clock import ManualClock
+from riffle_actors.runtime.clock import ManualClock
 from riffle_actors.io import localfile
 from riffle_actors.protocol.index import decode_index
 from riffle_actors.protocol.proto import uniffle_pb2 as pb

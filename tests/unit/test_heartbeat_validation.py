@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from riffle_actors.clock import ManualClock
+from riffle_actors.runtime.clock import ManualClock
 from riffle_actors.coordinator.cluster import ClusterRegistry, HeartbeatRefused, ServerHeartbeat
 from riffle_actors.coordinator.service import decode_heartbeat
 from riffle_actors.coordinator.validation import (

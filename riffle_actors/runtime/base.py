@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from loguru import logger
 
-from riffle_actors.actors.mailbox import (
+from riffle_actors.runtime.mailbox import (
     ActorDeadError,
     Envelope,
     Mailbox,
@@ -46,7 +46,7 @@ from riffle_actors.actors.mailbox import (
 )
 
 if TYPE_CHECKING:
-    from riffle_actors.actors.system import ActorSystem
+    from riffle_actors.runtime.system import ActorSystem
 
 T = TypeVar("T")
 

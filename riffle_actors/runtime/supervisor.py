@@ -40,9 +40,9 @@ from typing import Any
 
 from loguru import logger
 
-from riffle_actors.actors.base import Actor, ActorRef, _Cell
-from riffle_actors.actors.mailbox import ActorDeadError
-from riffle_actors.clock import Clock
+from riffle_actors.runtime.base import Actor, ActorRef, _Cell
+from riffle_actors.runtime.mailbox import ActorDeadError
+from riffle_actors.runtime.clock import Clock
 
 
 class RestartPolicy(enum.Enum):

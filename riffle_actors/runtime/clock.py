@@ -15,7 +15,7 @@ synchronously runs every ``call_at`` callback whose deadline has been reached, i
 test writes ``clock.advance(30)`` and everything waiting on the clock has been woken (callbacks must be
 cheap and non-blocking: enqueue a message, resolve a future).
 
-Not covered here: timers for many items (see ``riffle_actors.actors.timer``).
+Not covered here: timers for many items (see ``riffle_actors.runtime.timer``).
 """
 
 from __future__ import annotations

@@ -28,10 +28,10 @@ from collections.abc import Callable
 
 from loguru import logger
 
-from riffle_actors.actors.base import Actor, ActorRef, ExitHook, _Cell
-from riffle_actors.actors.mailbox import MailboxStatistics
-from riffle_actors.actors.supervisor import ChildSpec, Supervisor, _StartChild, _StopChild
-from riffle_actors.clock import Clock, SystemClock
+from riffle_actors.runtime.base import Actor, ActorRef, ExitHook, _Cell
+from riffle_actors.runtime.mailbox import MailboxStatistics
+from riffle_actors.runtime.supervisor import ChildSpec, Supervisor, _StartChild, _StopChild
+from riffle_actors.runtime.clock import Clock, SystemClock
 
 ROOT_NAME = "root"
 

@@ -39,9 +39,9 @@ from typing import Any
 from loguru import logger
 from sortedcontainers import SortedList
 
-from riffle_actors.actors.base import Actor, ActorRef
-from riffle_actors.actors.mailbox import ActorDeadError
-from riffle_actors.clock import Cancellable, Clock
+from riffle_actors.runtime.base import Actor, ActorRef
+from riffle_actors.runtime.mailbox import ActorDeadError
+from riffle_actors.runtime.clock import Cancellable, Clock
 
 
 @dataclass(frozen=True, slots=True)
