@@ -1,27 +1,36 @@
 """The in-process asyncio actor runtime: actors, refs, mailboxes, supervisors, timers, the injected clock.
 
-It imports nothing of the shuffle domain; the server's and coordinator's actors import its public
-names from here. See ``base.py`` for processing and failure semantics, ``supervisor.py`` for restarts
-and how to start children, ``timer.py`` for deadlines, ``clock.py`` for real and manual time,
-``slicing.py`` for running long work in bounded steps.
+It imports nothing of the shuffle domain; code outside this package imports only the names below, never
+a submodule. The modules, each owning one thing, and their imports (acyclic; each module uses only the
+public names of the ones below it):
+
+- ``mailbox.py``: the bounded mailbox, its statistics, ``ActorDeadError`` / ``MailboxFullError``;
+- ``clock.py``: ``Clock``, ``SystemClock``, ``ManualClock``;
+- ``slicing.py``: ``SliceLane``, long state operations of one actor run in bounded time slices;
+- ``cell.py`` (mailbox): ``ActorRef``, ``Terminated`` and the per-actor cell: scheduling, processing,
+  failure, stop and death-watch semantics. An idle actor costs no task: it is scheduled only while it
+  has mail;
+- ``base.py`` (cell, clock, mailbox): ``Actor``, ``ChildSpec``, ``RestartPolicy``, and ``ActorHost``,
+  what an actor sees of its system;
+- ``supervisor.py`` (base, cell, clock, mailbox): ``Supervisor`` and restart decisions;
+- ``timer.py`` (base, cell, clock, mailbox): ``TimerActor``, every deadline of a server;
+- ``system.py`` (base, cell, supervisor, clock, mailbox): ``ActorSystem``, the registry, the root
+  supervisor and shutdown.
 """
 
-from riffle_actors.runtime.base import Actor, ActorRef, Terminated
+from riffle_actors.runtime.base import Actor, ActorHost, ChildSpec, RestartPolicy
+from riffle_actors.runtime.cell import ActorRef, Terminated
 from riffle_actors.runtime.clock import Cancellable, Clock, ManualClock, SystemClock
 from riffle_actors.runtime.mailbox import ActorDeadError, MailboxFullError, MailboxStatistics
-from riffle_actors.runtime.supervisor import (
-    ChildSpec,
-    ChildStartError,
-    RestartIntensityExceeded,
-    RestartPolicy,
-    Supervisor,
-)
+from riffle_actors.runtime.slicing import SliceLane
+from riffle_actors.runtime.supervisor import ChildStartError, RestartIntensityExceeded, Supervisor
 from riffle_actors.runtime.system import ActorSystem
 from riffle_actors.runtime.timer import Cancel, FireDue, Schedule, ScheduleEvery, TimerActor
 
 __all__ = [
     "Actor",
     "ActorDeadError",
+    "ActorHost",
     "ActorRef",
     "ActorSystem",
     "Cancel",
@@ -37,6 +46,7 @@ __all__ = [
     "RestartPolicy",
     "Schedule",
     "ScheduleEvery",
+    "SliceLane",
     "Supervisor",
     "SystemClock",
     "Terminated",

@@ -1,7 +1,7 @@
-"""Supervisor (one_for_one), ChildSpec and RestartPolicy: who restarts a crashed actor, and when to give up.
+"""Supervisor (one_for_one): who restarts a crashed actor, and when to give up.
 
 This module owns restart decisions. A ``Supervisor`` is itself an actor; it starts children from
-``ChildSpec`` s and, when one ends, applies its ``RestartPolicy``:
+``ChildSpec`` s (defined in ``base.py``) and, when one ends, applies its ``RestartPolicy``:
 
 - ``PERMANENT``: always restarted (after a crash or a normal ``ref.stop()``);
 - ``TRANSIENT``: restarted only after a crash;
@@ -25,41 +25,30 @@ actor per app) calls ``await self.start_child(spec)`` / ``await self.stop_child(
 ``self.children()`` from inside its own ``receive``, and delegates messages it does not know with
 ``return await super().receive(msg)``; it must keep ``ChildStartError`` in its ``expected_errors``.
 Children listed in ``Supervisor(children=[...])`` are (re)started by every incarnation's ``on_start``,
-so a restarted supervisor brings its static subtree back.
+so a restarted supervisor brings its static subtree back. ``StartChild`` / ``StopChild`` are the
+messages behind the system facade (runtime-internal: not exported by the package).
 
-Not covered: how an actor runs and dies (``base.py``), the registry and shutdown (``system.py``).
+A child is registered through ``actor.system.register`` with this supervisor's exit hook, and managed
+through its ``ActorCell`` (``cell_of(ref)``); this module does not import ``system.py``. A child that is
+idle costs the supervisor only its ``ChildSpec`` and ref: the restart history is created on its first
+restart.
+
+Not covered: how an actor runs and dies (``cell.py``), the registry and shutdown (``system.py``).
 """
 
 from __future__ import annotations
 
-import enum
 from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from loguru import logger
 
-from riffle_actors.runtime.base import Actor, ActorRef, _Cell
-from riffle_actors.runtime.mailbox import ActorDeadError
+from riffle_actors.runtime.base import Actor, ChildSpec, RestartPolicy
+from riffle_actors.runtime.cell import ActorCell, ActorRef, cell_of, tell_control
 from riffle_actors.runtime.clock import Clock
-
-
-class RestartPolicy(enum.Enum):
-    """Erlang restart types; see the module docstring."""
-
-    PERMANENT = "permanent"
-    TRANSIENT = "transient"
-    TEMPORARY = "temporary"
-
-
-@dataclass(frozen=True, slots=True)
-class ChildSpec:
-    """How to (re)build one child: its unique name, a factory for fresh instances, its restart policy."""
-
-    name: str
-    factory: Callable[[], Actor]
-    restart: RestartPolicy = RestartPolicy.PERMANENT
+from riffle_actors.runtime.mailbox import ActorDeadError
 
 
 class ChildStartError(Exception):
@@ -71,19 +60,23 @@ class RestartIntensityExceeded(Exception):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class _StartChild:
+class StartChild:
+    """Ask a supervisor to start ``spec``; answered with the child's ref (``ActorSystem.start_child``)."""
+
     spec: ChildSpec
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class _StopChild:
+class StopChild:
+    """Ask a supervisor to stop child ``name`` for good (``ActorSystem.stop_child``)."""
+
     name: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _ChildExited:
     name: str
-    cell: _Cell
+    cell: ActorCell
     reason: BaseException | None
     restart: bool
 
@@ -92,12 +85,12 @@ class _ChildExited:
 class _Child:
     spec: ChildSpec
     ref: ActorRef
-    restart_times: deque[float] = field(default_factory=deque)
+    restart_times: deque[float] | None = None  # monotonic times of recent restarts; made on the first
 
 
 def _build(spec: ChildSpec) -> Actor:
     actor = spec.factory()
-    if not isinstance(actor, Actor) or hasattr(actor, "_cell"):
+    if not isinstance(actor, Actor) or hasattr(actor, "ref"):
         raise TypeError(f"factory of {spec.name!r} must return a new, never started Actor, got {actor!r}")
     return actor
 
@@ -143,9 +136,9 @@ class Supervisor(Actor):
         match msg:
             case _ChildExited():
                 await self._child_exited(msg)
-            case _StartChild(spec=spec):
+            case StartChild(spec=spec):
                 return await self.start_child(spec)
-            case _StopChild(name=name):
+            case StopChild(name=name):
                 await self.stop_child(name)
             case _:
                 raise TypeError(f"supervisor {self.name!r}: unexpected message {msg!r}")
@@ -159,7 +152,7 @@ class Supervisor(Actor):
             raise ChildStartError(f"supervisor {self.name!r} already has a child {spec.name!r}")
         try:
             actor = _build(spec)
-            cell = self.system._register(spec.name, actor, self._on_child_exit)
+            cell = self.system.register(spec.name, actor, self._on_child_exit)
         except Exception as exc:
             raise ChildStartError(f"child {spec.name!r} of {self.name!r} not created: {exc!r}") from exc
         # Registered before starting so that a crash right after on_start is already supervised.
@@ -176,7 +169,7 @@ class Supervisor(Actor):
         """Stop child ``name`` for good, whatever its policy (no-op if unknown)."""
         child = self._children.pop(name, None)
         if child is not None:
-            await child.ref._cell.stop(final=True)
+            await cell_of(child.ref).stop(final=True)
 
     def children(self) -> dict[str, ActorRef]:
         """Current children by name, in start order."""
@@ -184,23 +177,24 @@ class Supervisor(Actor):
 
     # ---- runtime hooks -----------------------------------------------------------------------
 
-    def _on_child_exit(self, cell: _Cell, reason: BaseException | None) -> bool:
-        # Runs synchronously in the child's run loop: decide the policy now, count and act in receive.
+    def _on_child_exit(self, cell: ActorCell, reason: BaseException | None) -> bool:
+        # Runs synchronously at the end of the child's incarnation: decide the policy now, count and act
+        # in receive.
         child = self._children.get(cell.name)
-        if self._shutting_down or child is None or child.ref._cell is not cell:
+        if self._shutting_down or child is None or cell_of(child.ref) is not cell:
             return False
         policy = child.spec.restart
         crashed = reason is not None
         restart = policy is RestartPolicy.PERMANENT or (policy is RestartPolicy.TRANSIENT and crashed)
         try:
-            self.ref._tell_control(_ChildExited(name=cell.name, cell=cell, reason=reason, restart=restart))
+            tell_control(self.ref, _ChildExited(name=cell.name, cell=cell, reason=reason, restart=restart))
         except ActorDeadError:
             return False
         return restart
 
     async def _child_exited(self, msg: _ChildExited) -> None:
         child = self._children.get(msg.name)
-        if child is None or child.ref._cell is not msg.cell:
+        if child is None or cell_of(child.ref) is not msg.cell:
             return
         cell = msg.cell
         if not msg.restart or cell.state != "restarting":
@@ -209,6 +203,8 @@ class Supervisor(Actor):
         assert self.clock is not None
         now = self.clock.monotonic()
         times = child.restart_times
+        if times is None:
+            times = child.restart_times = deque()
         while times and times[0] <= now - self.within_s:
             times.popleft()
         if len(times) >= self.max_restarts:
@@ -229,16 +225,16 @@ class Supervisor(Actor):
             actor = _build(child.spec)
         except Exception as exc:  # counts as one more failed restart
             logger.opt(exception=exc).error("supervisor {!r}: factory of {!r} failed", self.name, msg.name)
-            self.ref._tell_control(_ChildExited(name=msg.name, cell=cell, reason=exc, restart=True))
+            tell_control(self.ref, _ChildExited(name=msg.name, cell=cell, reason=exc, restart=True))
             return
         cell.restart(actor)
 
     def _forget_if_stopped(self, child: _Child) -> None:
-        if child.ref._cell.state == "stopped" and self._children.get(child.spec.name) is child:
+        if cell_of(child.ref).state == "stopped" and self._children.get(child.spec.name) is child:
             del self._children[child.spec.name]
 
-    async def _stop_children(self) -> None:
+    async def stop_children(self) -> None:
         self._shutting_down = True
         for name in reversed(list(self._children)):
             child = self._children.pop(name)
-            await child.ref._cell.stop(final=True)
+            await cell_of(child.ref).stop(final=True)

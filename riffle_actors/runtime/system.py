@@ -13,12 +13,17 @@ process have two systems):
   stops for good.
 - ``system.statistics()`` snapshots every mailbox (for ``/debug/actors`` and gauges).
 - ``await system.stop_all()`` stops every actor for good in reverse start order (children before
-  their parents), failing every pending ask; afterwards no actor task is left on the loop.
+  their parents), failing every pending ask; afterwards no actor task is left on the loop. Call it
+  before the loop ends: an idle actor has no task for the loop's shutdown to cancel, so without it
+  ``on_stop`` of idle actors never runs.
+- ``system.register(name, actor, exit_hook)`` reserves a name and creates the actor's ``ActorCell``
+  without starting it; it is the plumbing under ``spawn`` and ``Supervisor.start_child`` (part of
+  ``base.ActorHost``, which ``ActorSystem`` implements).
 - When the root supervisor gives up (restart intensity exceeded below it), ``on_escalation(exc)`` is
   called; the default logs at critical level. The server's composition root decides what to do (for
   example trigger a shutdown).
 
-Not covered: per-actor processing (``base.py``), restart decisions (``supervisor.py``).
+Not covered: per-actor scheduling and processing (``cell.py``), restart decisions (``supervisor.py``).
 """
 
 from __future__ import annotations
@@ -28,10 +33,11 @@ from collections.abc import Callable
 
 from loguru import logger
 
-from riffle_actors.runtime.base import Actor, ActorRef, ExitHook, _Cell
-from riffle_actors.runtime.mailbox import MailboxStatistics
-from riffle_actors.runtime.supervisor import ChildSpec, Supervisor, _StartChild, _StopChild
+from riffle_actors.runtime.base import Actor, ChildSpec
+from riffle_actors.runtime.cell import ActorCell, ActorRef, ExitHook, cell_of
 from riffle_actors.runtime.clock import Clock, SystemClock
+from riffle_actors.runtime.mailbox import MailboxStatistics
+from riffle_actors.runtime.supervisor import StartChild, StopChild, Supervisor
 
 ROOT_NAME = "root"
 
@@ -41,7 +47,10 @@ def _log_escalation(exc: BaseException) -> None:
 
 
 class ActorSystem:
-    """Registry and lifecycle of all actors of one server; see the module docstring."""
+    """Registry and lifecycle of all actors of one server; see the module docstring.
+
+    Implements ``base.ActorHost`` (what ``actor.system`` offers an actor).
+    """
 
     def __init__(
         self,
@@ -56,6 +65,7 @@ class ActorSystem:
         self._root_max_restarts = root_max_restarts
         self._root_within_s = root_within_s
         self._refs: dict[str, ActorRef] = {}  # insertion order = start order
+        self._on_terminated = self._unregister  # one bound method shared by every cell
         self._root: ActorRef | None = None
         self._seq = itertools.count(1)
 
@@ -65,7 +75,7 @@ class ActorSystem:
         """Create the root supervisor if it is not running; return its ref."""
         if self._root is None or not self._root.is_alive:
             root = Supervisor(ROOT_NAME, self._root_max_restarts, self._root_within_s, self.clock)
-            self._root = await self._start_actor(root, ROOT_NAME, hook=self._root_exited)
+            self._root = await self._start_actor(root, ROOT_NAME, exit_hook=self._root_exited)
         return self._root
 
     @property
@@ -85,17 +95,17 @@ class ActorSystem:
         """Start ``spec`` under supervisor ``parent`` (root if None); raises ``ChildStartError``."""
         if parent is None:
             parent = await self.start()
-        ref: ActorRef = await self._supervisor(parent).ask(_StartChild(spec=spec))
+        ref: ActorRef = await self._supervisor(parent).ask(StartChild(spec=spec))
         return ref
 
     async def stop_child(self, parent: ActorRef | None, name: str) -> None:
         """Stop child ``name`` of ``parent`` (root if None) for good."""
-        await self._supervisor(parent).ask(_StopChild(name=name))
+        await self._supervisor(parent).ask(StopChild(name=name))
 
     def children(self, parent: ActorRef | None = None) -> dict[str, ActorRef]:
         """Children of supervisor ``parent`` (root if None) by name; empty while it restarts."""
         ref = self._root if parent is None else parent
-        actor = ref._cell.actor if ref is not None else None
+        actor = cell_of(ref).actor if ref is not None else None
         return actor.children() if isinstance(actor, Supervisor) else {}
 
     # ---- inspection --------------------------------------------------------------------------
@@ -114,23 +124,29 @@ class ActorSystem:
         """Stop every actor for good, newest first; every pending ask fails with ``ActorDeadError``."""
         while self._refs:
             ref = next(reversed(self._refs.values()))
-            await ref._cell.stop(final=True)
+            await cell_of(ref).stop(final=True)
             self._unregister(ref)  # normally done by the cell; guards against a stuck entry
         self._root = None
 
-    # ---- runtime internals (used by Supervisor and _Cell) ------------------------------------
+    # ---- plumbing for supervisors -------------------------------------------------------------
 
-    def _register(self, name: str, actor: Actor, hook: ExitHook | None = None) -> _Cell:
-        """Reserve ``name`` for ``actor`` (not started yet: ``await cell.start(actor)``)."""
+    def register(self, name: str, actor: Actor, exit_hook: ExitHook | None = None) -> ActorCell:
+        """Reserve ``name`` for ``actor``, not started yet: the caller does ``await cell.start(actor)``.
+
+        ``exit_hook`` decides at the end of each incarnation whether a restart follows (a supervisor's);
+        None means unsupervised. The name is freed when the actor stops for good.
+        """
         if name in self._refs:
             raise ValueError(f"actor name {name!r} is already in use")
-        cell = _Cell(self, name, type(actor).mailbox_size)
-        cell.hook = hook
+        cell = ActorCell(self, name, type(actor).mailbox_size, on_terminated=self._on_terminated)
+        cell.hook = exit_hook
         self._refs[name] = cell.ref
         return cell
 
-    async def _start_actor(self, actor: Actor, name: str, *, hook: ExitHook | None = None) -> ActorRef:
-        cell = self._register(name, actor, hook)
+    # ---- internals -----------------------------------------------------------------------------
+
+    async def _start_actor(self, actor: Actor, name: str, *, exit_hook: ExitHook | None = None) -> ActorRef:
+        cell = self.register(name, actor, exit_hook)
         await cell.start(actor)  # on failure the cell has already unregistered itself
         return cell.ref
 
@@ -142,12 +158,12 @@ class ActorSystem:
         ref = self._root if parent is None else parent
         if ref is None:
             raise RuntimeError("ActorSystem not started: await system.start() first")
-        actor = ref._cell.actor
+        actor = cell_of(ref).actor
         if actor is not None and not isinstance(actor, Supervisor):
             raise TypeError(f"{ref.name!r} is not a Supervisor")
         return ref
 
-    def _root_exited(self, cell: _Cell, reason: BaseException | None) -> bool:
+    def _root_exited(self, cell: ActorCell, reason: BaseException | None) -> bool:
         if reason is not None:
             try:
                 self.on_escalation(reason)

@@ -39,9 +39,10 @@ from typing import Any
 from loguru import logger
 from sortedcontainers import SortedList
 
-from riffle_actors.runtime.base import Actor, ActorRef
-from riffle_actors.runtime.mailbox import ActorDeadError
+from riffle_actors.runtime.base import Actor
+from riffle_actors.runtime.cell import ActorRef, tell_control
 from riffle_actors.runtime.clock import Cancellable, Clock
+from riffle_actors.runtime.mailbox import ActorDeadError
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +159,7 @@ class TimerActor(Actor):
             deadline, _, key = queue.pop(0)
             entry = self._entries.pop(key)
             try:
-                entry.target._tell_control(entry.msg)
+                tell_control(entry.target, entry.msg)
             except ActorDeadError:
                 logger.debug("timer: target {!r} of {!r} is stopped; entry dropped", entry.target.name, key)
                 continue
@@ -183,6 +184,6 @@ class TimerActor(Actor):
         self._handle = None
         self._armed_at = None  # re-armed by the tick even if the loop's timer fired a little early
         try:
-            self.ref._tell_control(_TICK)
+            tell_control(self.ref, _TICK)
         except ActorDeadError:
             pass

@@ -8,8 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 import pytest_asyncio
 
-from riffle_actors.runtime import ActorSystem
-from riffle_actors.runtime.clock import ManualClock
+from riffle_actors.runtime import ActorSystem, ManualClock
 
 Poll = Callable[[Callable[[], bool]], Awaitable[None]]
 Settle = Callable[[], Awaitable[None]]

@@ -14,12 +14,12 @@ from riffle_actors.runtime import (
     ActorSystem,
     ChildSpec,
     ChildStartError,
+    ManualClock,
     RestartIntensityExceeded,
     RestartPolicy,
     Supervisor,
     Terminated,
 )
-from riffle_actors.runtime.clock import ManualClock
 
 Poll = Callable[[Callable[[], bool]], Awaitable[None]]
 Settle = Callable[[], Awaitable[None]]

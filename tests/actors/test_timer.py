@@ -13,11 +13,12 @@ from riffle_actors.runtime import (
     ActorSystem,
     Cancel,
     FireDue,
+    ManualClock,
     Schedule,
     ScheduleEvery,
+    SystemClock,
     TimerActor,
 )
-from riffle_actors.runtime.clock import ManualClock, SystemClock
 
 Poll = Callable[[Callable[[], bool]], Awaitable[None]]
 

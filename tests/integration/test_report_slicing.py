@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from riffle_actors.runtime import slicing
+from riffle_actors.actors import app as app_module
+from riffle_actors.runtime import SliceLane
 from riffle_actors.errors import StatusCode
 from riffle_actors.protocol.bitmap import BlockIdSet
 from riffle_actors.protocol.blockid import RIFFLE_FALLBACK, SPARK_DEFAULT, UNIFFLE_DEFAULT
@@ -90,17 +91,23 @@ async def test_big_results_are_byte_exact_for_any_subset_and_layout(
 
 async def test_another_app_is_served_while_a_big_report_is_processed(
         server: ShuffleServer, client: UniffleClient, stub: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(slicing, "SLICE_S", 0.0)  # one step per loop turn: the report takes many turns
+    lanes: list[SliceLane] = []
+
+    class OneStepLane(SliceLane):  # one step per loop turn: the report takes many turns
+        def __init__(self) -> None:
+            super().__init__(slice_s=0.0)
+            lanes.append(self)
+
+    monkeypatch.setattr(app_module, "SliceLane", OneStepLane)
     await client.register_shuffle(APP, 0, range(2000))
     await client.register_shuffle(OTHER, 0, range(1))
     ids = {p: [(seq << 42) | (p << 22) | task for seq in range(2) for task in range(250)]
            for p in range(2000)}
     report = asyncio.ensure_future(stub.reportShuffleResult(report_request(APP, 0, 1, ids)))  # 1M ids
 
-    ref = server.directory.get(APP)
-    assert ref is not None
-    app = ref._cell.actor  # the AppActor itself: its lane tells whether the report is being processed
-    await poll_until(lambda: report.done() or not app._lane.idle, message="the report never reached the lane")
+    # only APP has a report in flight: a busy lane means it is being processed
+    await poll_until(lambda: report.done() or not all(lane.idle for lane in lanes),
+                     message="the report never reached the lane")
     assert not report.done()
     for _ in range(3):
         assert (await stub.appHeartbeat(pb.AppHeartBeatRequest(appId=OTHER))).status == S.SUCCESS

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from riffle_actors.runtime.clock import Clock, ManualClock, SystemClock
+from riffle_actors.runtime import Clock, ManualClock, SystemClock
 
 
 def test_system_clock_reads_real_time() -> None:
