@@ -1,4 +1,4 @@
-"""Domain errors of the shuffle server, each carrying the Uniffle status it maps to.
+"""Domain errors of the shuffle server and the coordinator, each carrying the Uniffle status it maps to.
 
 This module owns the one mapping from a failure to a wire status (``to_status``), so the
 NO_REGISTER / NO_BUFFER / INTERNAL_ERROR decisions exist once, whatever the transport.
@@ -35,7 +35,6 @@ class RiffleError(Exception):
     """Base of every expected failure; ``status`` is what the client receives."""
 
     status: StatusCode = StatusCode.INTERNAL_ERROR
-    retriable: bool = False
 
 
 class NoRegisterError(RiffleError):
@@ -48,21 +47,18 @@ class NoBufferError(RiffleError):
     """Not enough write memory for a ticket; the client backs off and retries."""
 
     status = StatusCode.NO_BUFFER
-    retriable = True
 
 
 class HugePartitionBackpressureError(RiffleError):
     """A huge partition holds too much memory; the client backs off and retries."""
 
     status = StatusCode.NO_BUFFER_FOR_HUGE_PARTITION
-    retriable = True
 
 
 class TicketNotFoundError(RiffleError):
     """The requireBuffer ticket is unknown, used or expired; the client retries with a new one."""
 
     status = StatusCode.INTERNAL_ERROR
-    retriable = True
 
 
 class TicketExceededError(RiffleError):
@@ -76,6 +72,13 @@ class TicketExceededError(RiffleError):
     status = StatusCode.INVALID_REQUEST
 
 
+class AccessDeniedError(RiffleError):
+    """The request is well-formed but refused (a coordinator heartbeat from outside the allowed
+    networks, or one the registry's admission rules turn down)."""
+
+    status = StatusCode.ACCESS_DENIED
+
+
 class InvalidRequestError(RiffleError):
     """The request is malformed (bad bitmap, bad layout, negative sizes, ...)."""
 
@@ -86,7 +89,6 @@ class InternalError(RiffleError):
     """A server-side failure the client may retry."""
 
     status = StatusCode.INTERNAL_ERROR
-    retriable = True
 
 
 class StorageError(RiffleError):

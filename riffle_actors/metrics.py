@@ -19,11 +19,16 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
+from riffle_actors.reports import DiskReport
+from riffle_actors.runtime import MailboxStatistics
+
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
 @dataclass
 class StateSnapshot:
+    """What the pull collectors read; refreshed by ``AdminService.refresh_snapshot``."""
+
     capacity: int = 0
     allocated: int = 0
     used: int = 0
@@ -32,8 +37,10 @@ class StateSnapshot:
     apps: int = 0
     spill_pending: int = 0
     spill_running: int = 0
-    disks: list[dict] = field(default_factory=list)  # ShuffleServer._disk_infos(): name, healthy, status, reason, ...
-    actors: list = field(default_factory=list)  # MailboxStatistics
+    spill_stuck: int = 0
+    spill_retries_total: int = 0
+    disks: tuple[DiskReport, ...] = ()
+    actors: list[MailboxStatistics] = field(default_factory=list)
     healthy: bool = True
 
 
@@ -52,6 +59,10 @@ class _StateCollector:
             ("riffle_server_apps", s.apps, "registered applications"),
             ("riffle_spill_pending_jobs", s.spill_pending, "spill jobs waiting for a disk slot"),
             ("riffle_spill_running_jobs", s.spill_running, "spill jobs being written"),
+            ("riffle_spill_stuck_batches", s.spill_stuck, "spill batches that failed to reach a disk after "
+             "many retries (still in memory, still retried; /health names them)"),
+            ("riffle_spill_retries", s.spill_retries_total, "failed spill writes plus pauses without a disk, "
+             "since start"),
             ("riffle_server_healthy", int(s.healthy), "1 when the server reports itself healthy"),
         ):
             yield GaugeMetricFamily(name, doc, value=value)
@@ -65,12 +76,12 @@ class _StateCollector:
         moved = GaugeMetricFamily("riffle_disk_spills_moved_away", "spill jobs re-routed from this disk to another",
                                   labels=["disk"])
         for d in s.disks:
-            healthy.add_metric([d["name"]], int(d["healthy"]))
-            cap.add_metric([d["name"]], d["capacity"])
-            used.add_metric([d["name"]], d["used"])
-            quarantines.add_metric([d["name"]], d.get("quarantines", 0))
-            probe_failures.add_metric([d["name"]], d.get("probe_failures", 0))
-            moved.add_metric([d["name"]], d.get("spills_moved_away", 0))
+            healthy.add_metric([d.name], int(d.healthy))
+            cap.add_metric([d.name], d.capacity)
+            used.add_metric([d.name], d.used)
+            quarantines.add_metric([d.name], d.quarantines)
+            probe_failures.add_metric([d.name], d.probe_failures)
+            moved.add_metric([d.name], d.spills_moved_away)
         yield from (healthy, cap, used, quarantines, probe_failures, moved)
         depth = GaugeMetricFamily("riffle_actor_mailbox_depth", "messages waiting", labels=["actor"])
         restarts = GaugeMetricFamily("riffle_actor_restarts", "restarts by a supervisor", labels=["actor"])
@@ -167,7 +178,6 @@ class Metrics:
                                        buckets=_LATENCY_BUCKETS, registry=r)
         self.spill_failures = Counter("riffle_spill_failures", "failed spill attempts (retried)", ["disk"],
                                       registry=r)
-        self.purged_apps = Counter("riffle_server_purged_apps", "apps purged", ["reason"], registry=r)
         self.oversized_sends = Counter("riffle_server_oversized_sends", "sendShuffleData requests refused "
                                        "because they carried more bytes than their ticket reserved", registry=r)
         self.snapshot = StateSnapshot()

@@ -1,6 +1,8 @@
 """ShuffleServer: the composition root of ``riffle-server`` and its ``main()``.
 
-Builds the supervisor tree from a ``ServerConfig`` and starts the transports::
+Wiring and start/stop only: it builds the supervisor tree from a ``ServerConfig``, the two
+services (``ShuffleService``: the data plane; ``AdminService``: health, reports, snapshots) and
+the transports that call them (gRPC, HTTP, the coordinator client of the heartbeat)::
 
     root (one_for_one)
       timer              TimerActor: ticket expiry, app expiry, disk probe rounds, heartbeats
@@ -16,50 +18,53 @@ Shutdown (SIGTERM): stop taking RPCs (gRPC grace period), spill what is in memor
 
 Disk health: a ``DiskHealthBoard`` owned by the DiskMonitor (probes out of process, IO failures
 reported by the Disk actors) decides which disks take data; the SpillDispatcher, the service's
-read path and ``health()`` read it. Each disk's thread pools, ``LocalIO`` and fences live in a
+read path and ``AdminService.health()`` read it. Each disk's thread pools, ``LocalIO`` and fences live in a
 ``DiskResources`` that survives Disk actor restarts. Tests inject faults with
 ``local_io_factory(name, root) -> LocalIO`` and a ``probe_fn``; nothing in the config selects them.
 
-See also: ``riffle_actors.service`` (what the transports call), ``riffle_actors.daemon``.
+See also: ``riffle_actors.service`` and ``riffle_actors.admin`` (what the transports call),
+``riffle_actors.daemon``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
-import os
 import sys
-import time
 from collections.abc import Callable
 
 from loguru import logger
 
 from riffle_actors import __version__
-from riffle_actors.runtime import ActorSystem, ChildSpec, RestartPolicy, Supervisor
 from riffle_actors.actors.app import AppActor
-from riffle_actors.actors.app_manager import (
-    AppDirectory,
-    AppManagerActor,
-    CheckExpiredApps,
-    FlushAllApps,
-    GetHistory,
-    ListApps,
-)
-from riffle_actors.actors.disk import DiskActor, DiskResources, GetDiskInfo
-from riffle_actors.actors.disk_monitor import DiskMonitorActor, GetProbeStats, ProbeStats, RunProbeRound
-from riffle_actors.actors.memory import AttachAppManager, ExpireTickets, GetBudget, MemoryManagerActor
-from riffle_actors.actors.spill import GetSpillStats, SpillDispatcherActor
-from riffle_actors.runtime.timer import ScheduleEvery, TimerActor
-from riffle_actors.runtime.clock import Clock, SystemClock
+from riffle_actors.actors.app_manager import AppDirectory, AppManagerActor, CheckExpiredApps, FlushAllApps
+from riffle_actors.actors.disk import DiskActor, DiskResources
+from riffle_actors.actors.disk_monitor import DiskMonitorActor
+from riffle_actors.actors.heartbeat import HeartbeatActor
+from riffle_actors.actors.memory import AttachAppManager, ExpireTickets, MemoryManagerActor
+from riffle_actors.actors.spill import SpillDispatcherActor
+from riffle_actors.actors.storage_messages import RunProbeRound
+from riffle_actors.admin import AdminService, HealthRules, ServerIdentity
 from riffle_actors.config import ServerConfig, load_config
 from riffle_actors.io.local import LOCAL_IO, LocalIO
-from riffle_actors.io.probe import ProbeFn, ProbeResult, probe_disk
+from riffle_actors.io.probe import ProbeFn, probe_disk
 from riffle_actors.io.probe_fleet import ProbeFleet
 from riffle_actors.metrics import Metrics
+from riffle_actors.netaddr import advertised_ip
+from riffle_actors.runtime import (
+    ActorSystem,
+    ChildSpec,
+    Clock,
+    ScheduleEvery,
+    Supervisor,
+    SystemClock,
+    TimerActor,
+)
 from riffle_actors.service import ShuffleService
 from riffle_actors.state.budget import MemoryBudget
-from riffle_actors.state.disk_health import DiskHealthBoard, DiskStatus, HealthPolicy
+from riffle_actors.state.disk_health import DiskHealthBoard, HealthPolicy
 from riffle_actors.state.tickets import TicketBook
+from riffle_actors.transport.coordinator_client import GrpcCoordinatorLink
 from riffle_actors.transport.grpc_server import ShuffleServerServicer, start_grpc_server
 from riffle_actors.transport.http_server import start_http_server
 
@@ -79,13 +84,14 @@ class ShuffleServer:
         self.tickets = TicketBook(self.clock, cfg.memory_store.buffer_ticket_timeout_sec)
         self.grpc_port = 0
         self.http_port = 0
-        self.start_time_ms = int(time.time() * 1000)
+        self.start_time_ms = int(self.clock.time() * 1000)
         self.escalated: BaseException | None = None
         self._grpc = None
         self._http = None
         self._refresher: asyncio.Task | None = None
         self._stopped = False
         self.app_manager = None
+        self.admin: AdminService | None = None
         self.ip = "127.0.0.1"
         self.server_id = ""
         ls = cfg.localfile_store
@@ -172,27 +178,35 @@ class ShuffleServer:
         self._grpc, self.grpc_port = await start_grpc_server(ShuffleServerServicer(self.service, self.metrics),
                                                              cfg.grpc_bind_address, cfg.grpc_port,
                                                              cfg.grpc_max_message_size)
-        self._http, self.http_port = await start_http_server(self, cfg.http_bind_address, cfg.http_port)
-        await self._start_heartbeat()
+        self.admin = AdminService(
+            clock=self.clock, metrics=self.metrics, system=system, budget=self.budget, directory=self.directory,
+            memory=self.memory, spill=self.spill, app_manager=self.app_manager, disk_monitor=self.disk_monitor,
+            disks=self.disks, disk_health=self.disk_health,
+            rules=HealthRules(min_available_disks=ls.min_number_of_available_disks,
+                              memory_stuck_s=cfg.health.memory_stuck_above_high_watermark_sec),
+            escalated=lambda: self.escalated)
+        self._http, self.http_port = await start_http_server(self.admin, cfg.http_bind_address, cfg.http_port)
+        await self._start_heartbeat(self.admin)
         logger.info("riffle-server {} listening: grpc {}:{} http {}:{}, memory {} bytes, data paths {}",
                     __version__, cfg.grpc_bind_address, self.grpc_port, cfg.http_bind_address, self.http_port,
                     cfg.memory_store.capacity, cfg.localfile_store.data_paths)
 
-    async def _start_heartbeat(self) -> None:
+    async def _start_heartbeat(self, admin: AdminService) -> None:
+        if self.cfg.coordinator_quorum:
+            self.ip = advertised_ip(self.cfg.grpc_bind_address)
+        self.server_id = f"{self.ip}-{self.grpc_port}"
+        admin.identity = ServerIdentity(ip=self.ip, grpc_port=self.grpc_port, http_port=self.http_port,
+                                        tags=tuple(self.cfg.tags), start_time_ms=self.start_time_ms)
         if not self.cfg.coordinator_quorum:
             logger.info("no coordinator_quorum: running standalone")
             return
-        from riffle_actors.actors.heartbeat import HeartbeatActor
-        from riffle_actors.netaddr import advertised_ip
-
-        self.ip = advertised_ip(self.cfg.grpc_bind_address)
-        self.server_id = f"{self.ip}-{self.grpc_port}"
         interval = float(self.cfg.heartbeat_interval_seconds)
-        await self.refresh_snapshot()
-        self._refresher = asyncio.get_running_loop().create_task(self._refresh_loop(max(1.0, interval / 2)))
+        await admin.refresh_snapshot()
+        refresh_s = max(1.0, interval / 2)
+        self._refresher = asyncio.get_running_loop().create_task(admin.run_refresh_loop(refresh_s))
         self.heartbeat = await self.system.start_child(None, ChildSpec("heartbeat", lambda: HeartbeatActor(
-            self.cfg.coordinator_quorum, float(self.cfg.heartbeat_interval_seconds), self.heartbeat_snapshot,
-            clock=self.clock)))
+            self.cfg.coordinator_quorum, interval, admin.heartbeat_snapshot, clock=self.clock,
+            connect=GrpcCoordinatorLink)))
 
     async def stop(self, grace_s: float | None = None) -> None:
         """Stop serving, flush memory within the grace period, stop every actor. Idempotent."""
@@ -226,115 +240,6 @@ class ShuffleServer:
         await self.system.stop_all()
         for res in self._disk_resources.values():
             res.close()
-
-    # ------------------------------------------------------------- reports
-    async def refresh_snapshot(self) -> None:
-        s = self.metrics.snapshot
-        report = await self.memory.ask(GetBudget())
-        s.capacity, s.allocated, s.used, s.in_flight = (report.budget.capacity, report.budget.allocated,
-                                                        report.budget.used, report.budget.in_flight)
-        s.tickets = report.tickets
-        s.apps = len(self.directory)
-        stats = await self.spill.ask(GetSpillStats())
-        s.spill_pending, s.spill_running = stats.pending, stats.running
-        s.disks = await self._disk_infos(stats)
-        s.actors = self.system.statistics()
-        s.healthy = not (await self.health())["reasons"]
-
-    async def _disk_infos(self, stats) -> list[dict]:
-        """One entry per disk: its verdict and the operator text (what failed, why, what the server did)."""
-        infos = []
-        for name, ref in self.disks:
-            h = self.disk_health[name]
-            override = stats.unhealthy_disks.get(name) if h.placeable else None  # told by an operator/test
-            healthy = h.placeable and override is None
-            reason = override or h.describe(self.disk_health.policy)
-            moved = stats.moved_from(name)
-            if not healthy and moved:
-                reason += "; " + ", ".join(f"{n} pending spills moved to {to}" for to, n in moved.items())
-            info = {"name": name, "healthy": healthy,
-                    "status": DiskStatus.QUARANTINED.value if override else h.status.value, "reason": reason,
-                    "capacity": h.capacity_bytes, "used": h.used_bytes, "written_bytes": 0, "write_failures": 0,
-                    "quarantines": h.quarantines_total, "probe_failures": h.probe_failures_total,
-                    "last_probe_age_s": (round(self.clock.monotonic() - h.last_probe_monotonic, 3)
-                                         if h.last_probe_monotonic is not None else None),
-                    "spills_moved_away": sum(moved.values())}
-            try:
-                # counters only; the usage (statvfs) only until the first probe reported it
-                di = await ref.ask(GetDiskInfo(with_usage=not h.capacity_bytes), timeout=5)
-                info["written_bytes"], info["write_failures"] = di.written_bytes, di.write_failures
-                if not h.capacity_bytes:
-                    info["capacity"], info["used"] = di.capacity, di.used
-            except Exception as e:  # noqa: BLE001 - a dead or stuck disk is reported, not raised
-                info["healthy"] = False
-                info["reason"] = (info["reason"] + "; " if info["reason"] else "") + f"disk actor: {e!r}"
-            infos.append(info)
-        return infos
-
-    async def health(self) -> dict:
-        reasons = []
-        if self.escalated is not None:
-            reasons.append(f"supervisor tree gave up: {self.escalated!r}")
-        stats = await self.spill.ask(GetSpillStats())
-        disks = await self._disk_infos(stats)
-        healthy_disks = sum(1 for d in disks if d["healthy"])
-        need = self.cfg.localfile_store.min_number_of_available_disks
-        if healthy_disks < need:
-            reasons.append(f"{healthy_disks} healthy disks, fewer than min_number_of_available_disks={need}")
-            reasons.extend(f"{d['name']}: {d['reason']}" for d in disks if not d["healthy"])
-        report = await self.memory.ask(GetBudget())
-        stuck = self.cfg.health.memory_stuck_above_high_watermark_sec
-        since = report.above_high_watermark_since
-        if since is not None and self.clock.monotonic() - since > stuck:
-            reasons.append(f"memory above the spill high watermark for more than {stuck}s")
-        return {"status": "UNHEALTHY" if reasons else "HEALTHY", "reasons": reasons, "disks": disks,
-                "memory": {"capacity": report.budget.capacity, "used": report.budget.used,
-                           "allocated": report.budget.allocated, "in_flight": report.budget.in_flight}}
-
-    async def probe_disks(self) -> dict[str, ProbeResult | None]:
-        """Run a disk probe round now (one also runs every ``disk_healthy_check_interval_sec``)."""
-        return await self.disk_monitor.ask(RunProbeRound())
-
-    async def probe_stats(self) -> ProbeStats:
-        return await self.disk_monitor.ask(GetProbeStats())
-
-    async def apps(self) -> list[dict]:
-        infos = await self.app_manager.ask(ListApps())
-        return [{"app_id": i.app_id, "user": i.user, "registered_epoch_ms": i.registered_epoch_ms,
-                 "idle_s": round(i.idle_s, 3), "partition_count": i.partition_count,
-                 "memory_bytes": i.memory_bytes, "in_flight_bytes": i.in_flight_bytes,
-                 "disk_bytes": sum(sh["disk_bytes"] for sh in i.shuffles.values()),
-                 "received_bytes": i.received_bytes, "shuffles": i.shuffles} for i in infos]
-
-    async def history(self) -> list[dict]:
-        return await self.app_manager.ask(GetHistory())
-
-    def heartbeat_snapshot(self):
-        """What the HeartbeatActor sends: the budget (read directly) and the last refreshed snapshot."""
-        from riffle_actors.actors.heartbeat import DiskSnapshot, HeartbeatSnapshot
-
-        b = self.budget
-        snap = self.metrics.snapshot
-        disks = tuple(DiskSnapshot(path=d["name"], capacity_bytes=d["capacity"], used_bytes=d["used"],
-                                   status="NORMAL" if d["healthy"] else
-                                   "OVERUSED" if d.get("status") == DiskStatus.OVERUSED.value else "UNHEALTHY")
-                      for d in snap.disks)
-        return HeartbeatSnapshot(
-            ip=self.ip, grpc_port=self.grpc_port, http_port=self.http_port, tags=tuple(self.cfg.tags),
-            used_memory=b.used + b.allocated, pre_allocated_memory=b.allocated,
-            available_memory=max(0, b.capacity - b.used - b.allocated),
-            event_num_in_flush=snap.spill_pending + snap.spill_running,
-            is_healthy=snap.healthy and self.escalated is None, disks=disks, start_time_ms=self.start_time_ms)
-
-    async def _refresh_loop(self, interval_s: float) -> None:
-        """Keeps the snapshot the heartbeat reads fresh (health, disks, spill queue)."""
-        while True:
-            try:
-                await self.refresh_snapshot()
-            except Exception as e:  # noqa: BLE001 - reported as unhealthy, never fatal
-                self.metrics.snapshot.healthy = False
-                logger.warning("could not refresh server state: {!r}", e)
-            await asyncio.sleep(interval_s)
 
 
 async def serve(cfg: ServerConfig, stop_event: asyncio.Event, ports) -> int:

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from riffle_actors.runtime.clock import Clock, ManualClock
+from riffle_actors.runtime import Clock, ManualClock
 from riffle_actors.config import ServerConfig, validate_config
 from riffle_actors.server import ShuffleServer
 from tests.helpers import leftover_tasks, poll_until

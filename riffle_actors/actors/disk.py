@@ -22,6 +22,8 @@ its appends stay ordered behind whatever the previous incarnation left running, 
 fences still hold. An unexpected exception (not an ``OSError``) crashes the actor; its
 supervisor restarts it and the SpillDispatcher retries the spill.
 
+Its messages, replies and errors live in ``riffle_actors.actors.storage_messages``.
+
 See also: ``riffle_actors.io.localfile`` (the blocking operations), ``riffle_actors.actors.spill``,
 ``riffle_actors.actors.disk_monitor``.
 """
@@ -29,38 +31,30 @@ See also: ``riffle_actors.io.localfile`` (the blocking operations), ``riffle_act
 from __future__ import annotations
 
 import asyncio
-import os
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from loguru import logger
 
+from riffle_actors.actors.storage_messages import (
+    AppPurgedError,
+    DiskInfo,
+    DiskIOError,
+    DiskIOFailed,
+    GetDiskInfo,
+    PurgeFiles,
+    ReadData,
+    ReadIndex,
+    UnfenceApp,
+    WriteBatch,
+    WriteResult,
+)
+from riffle_actors.errors import RiffleError
+from riffle_actors.io.local import LOCAL_IO, LocalIO
 from riffle_actors.runtime import Actor, ActorRef
-from riffle_actors.errors import RiffleError, StatusCode
-from riffle_actors.io.local import LOCAL_IO, LocalIO, classify
-from riffle_actors.records import Block
-
-
-class DiskIOError(RiffleError):
-    """An IO failure on a disk; ``kind`` is ENOSPC / EIO / EROFS / TIMEOUT / OTHER."""
-
-    status = StatusCode.INTERNAL_ERROR
-
-    def __init__(self, disk: str, op: str, exc: BaseException):
-        self.disk = disk
-        self.op = op
-        self.kind = classify(exc).value
-        self.detail = str(exc) or type(exc).__name__
-        super().__init__(f"disk {disk}: {op} failed ({self.kind}): {self.detail}")
-
-
-class AppPurgedError(RiffleError):
-    """A write for an app or shuffle this disk already purged; the data is not wanted any more."""
-
 
 _FENCE_LIMIT = 10_000
-_HEALTH_KINDS = {"ENOSPC", "EIO", "EROFS", "TIMEOUT"}
 
 
 @dataclass(eq=False)
@@ -104,76 +98,6 @@ class DiskResources:
             if pool is not None:
                 pool.shutdown(wait=False, cancel_futures=True)
         self._writer = self._reader = None
-
-
-# ---------------------------------------------------------------------------- messages
-@dataclass(frozen=True, slots=True, kw_only=True)
-class WriteBatch:
-    app_id: str
-    shuffle_id: int
-    partition_id: int
-    blocks: tuple[Block, ...]
-    epoch: int = 0  # incarnation of the shuffle; see PurgeFiles
-
-
-@dataclass(frozen=True, slots=True)
-class WriteResult:
-    disk: str
-    offset: int
-    data_file_len: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ReadIndex:
-    app_id: str
-    shuffle_id: int
-    partition_id: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ReadData:
-    app_id: str
-    shuffle_id: int
-    partition_id: int
-    offset: int
-    length: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PurgeFiles:
-    """Delete an app's (or one shuffle's) files and fence them against late writes.
-
-    A shuffle fence covers the incarnations up to ``epoch``: a shuffle id registered again later
-    writes with a higher epoch and is not fenced.
-    """
-
-    app_id: str
-    shuffle_id: int | None = None
-    epoch: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class UnfenceApp:
-    """The app id was registered again after a purge: its new data must be written, not dropped."""
-
-    app_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class GetDiskInfo:
-    """Counters (and, with ``with_usage``, the file system's capacity via statvfs on the reader pool)."""
-
-    with_usage: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class DiskInfo:
-    name: str
-    root: str
-    capacity: int
-    used: int
-    written_bytes: int
-    write_failures: int
 
 
 DiskMsg = WriteBatch | ReadIndex | ReadData | PurgeFiles | UnfenceApp | GetDiskInfo
@@ -292,9 +216,7 @@ class DiskActor(Actor):
         err = DiskIOError(self.disk_name, op, exc)
         monitor = self.res.monitor
         # only what says something about the disk (a missing file or a bad offset does not)
-        if monitor is not None and err.kind in _HEALTH_KINDS:
-            from riffle_actors.actors.disk_monitor import DiskIOFailed
-
+        if monitor is not None and err.kind.blames_disk:
             try:
                 monitor.tell_nowait(DiskIOFailed(disk=self.disk_name, kind=err.kind, op=op, detail=err.detail))
             except Exception as e:  # noqa: BLE001 - the failure still reaches the caller
@@ -306,7 +228,3 @@ def _consume(fut: asyncio.Future) -> None:
     if not fut.cancelled():
         fut.exception()
 
-
-def disk_name_of(index: int, root: str) -> str:
-    """Stable display name of a data path: its position and its folder name."""
-    return f"{index}:{os.path.basename(os.path.normpath(root)) or root}"

@@ -13,7 +13,8 @@ The one writer of the ``DiskHealthBoard`` (``riffle_actors.state.disk_health``).
   ``failures_to_quarantine`` in a row).
 
 Each verdict change is logged (naming the disk, its path, the reason and the action) and told
-to every subscriber as ``DiskHealthChanged`` (the SpillDispatcher pumps its queue on it).
+to every subscriber (given at construction) as ``DiskHealthChanged`` (the SpillDispatcher pumps
+its queue on it).
 Rounds never overlap: a round asked while one runs waits for that one.
 
 Supervision: permanent, under the storage supervisor. The board outlives its incarnations;
@@ -26,6 +27,8 @@ Why plain worker processes on pipes (not thespian's multiprocTCPBase, used befor
 workers listened on TCP ports of 0.0.0.0 and un-pickled whatever arrived there. Measured
 figures of both are in ``riffle_actors.io.probe_fleet``.
 
+Its messages live in ``riffle_actors.actors.storage_messages``.
+
 See also: ``riffle_actors.io.probe_fleet``, ``riffle_actors.io.probe``, ``riffle_actors.actors.spill``.
 """
 
@@ -35,60 +38,24 @@ import asyncio
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 from loguru import logger
 
-from riffle_actors.runtime import Actor, ActorDeadError, ActorRef
-from riffle_actors.actors.spill import DiskHealthChanged
-from riffle_actors.runtime.clock import Clock, SystemClock
+from riffle_actors.actors.storage_messages import (
+    DiskHealthChanged,
+    DiskIOFailed,
+    DiskIOSucceeded,
+    GetProbeStats,
+    ProbeStats,
+    RunProbeRound,
+)
 from riffle_actors.io.probe import ProbeFn, ProbeResult, probe_disk
 from riffle_actors.io.probe_fleet import ProbeFleet, ProbeTarget
 from riffle_actors.io.probe_worker import function_ref
+from riffle_actors.runtime import Actor, ActorDeadError, ActorRef, Clock, SystemClock
 from riffle_actors.state.disk_health import DiskHealthBoard, HealthTransition
 
-
-# ---------------------------------------------------------------------------- messages
-@dataclass(frozen=True, slots=True)
-class RunProbeRound:
-    """Probe every disk now; the ask answers ``{disk: ProbeResult | None}`` (None = no verdict)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DiskIOFailed:
-    disk: str
-    kind: str  # an IOErrorKind value
-    op: str    # "spill write", "read index", ...
-    detail: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class DiskIOSucceeded:
-    disk: str
-
-
-@dataclass(frozen=True, slots=True)
-class Subscribe:
-    """Tell ``DiskHealthChanged`` to ``ref`` on every verdict change."""
-
-    ref: ActorRef
-
-
-@dataclass(frozen=True, slots=True)
-class GetProbeStats:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class ProbeStats:
-    rounds: int
-    fleet_running: bool  # probe worker processes exist
-    fleet_starts: int  # probe worker processes started by this incarnation (first ones and replacements)
-    worker_pids: dict[str, int]
-    killed_pids: tuple[int, ...]
-
-
-DiskMonitorMsg = RunProbeRound | DiskIOFailed | DiskIOSucceeded | Subscribe | GetProbeStats
+DiskMonitorMsg = RunProbeRound | DiskIOFailed | DiskIOSucceeded | GetProbeStats
 
 
 class DiskMonitorActor(Actor):
@@ -139,9 +106,6 @@ class DiskMonitorActor(Actor):
                     self._publish(self.board.on_io_failure(disk, kind, op, detail, self.clock.monotonic()))
             case DiskIOSucceeded(disk=disk):
                 self.board.on_io_success(disk)
-            case Subscribe(ref=ref):
-                if ref not in self.subscribers:
-                    self.subscribers.append(ref)
             case GetProbeStats():
                 f = self._fleet
                 return ProbeStats(self.rounds, bool(f and f.running), f.starts if f else 0,
@@ -159,8 +123,7 @@ class DiskMonitorActor(Actor):
         now = self.clock.monotonic()
         for disk, result in results.items():
             if result is None:
-                self.board.on_probe_lost(disk)
-                continue
+                continue  # the probing machinery gave no verdict: the disk is not blamed
             self._publish(self.board.on_probe(disk, result, now))
         return results
 

@@ -1,33 +1,24 @@
-"""Server → coordinator heartbeat: ``HeartbeatActor`` and the ``HeartbeatSnapshot`` it sends.
+"""Server → coordinator heartbeat: ``HeartbeatActor``, the ``HeartbeatSnapshot`` it sends and the
+``CoordinatorLink`` it sends it through.
 
-This module owns the shuffle server's membership in the cluster (spec §7.1). Every
-``interval_s`` (the first one immediately at start, so a new server is assignable at once) the
-actor calls ``snapshot()`` and sends one ``ShuffleServerHeartBeatRequest`` to EVERY coordinator
-of the quorum, concurrently, over one long-lived grpc.aio channel per coordinator, with a
-deadline of ``interval_s``. The fields:
-
-| request field | from the snapshot |
-|---|---|
-| serverId.id | ``"<ip>-<grpc_port>"`` (``"-<netty_port>"`` appended when netty_port > 0, as Uniffle does) |
-| serverId.ip / port / jetty_port / netty_port | ``ip`` / ``grpc_port`` / ``http_port`` / ``netty_port`` (0 = none) |
-| tags | ``ss_v5``, ``GRPC`` (+ ``GRPC_NETTY`` when netty_port > 0) + ``tags`` |
-| usedMemory / preAllocatedMemory / availableMemory | same-named byte counts |
-| eventNumInFlush | ``event_num_in_flush`` |
-| status / isHealthy | ``status`` (a ``ServerStatus`` name) / ``is_healthy`` (sent as False unless ACTIVE) |
-| storageInfo | one entry per data path: mountPoint = path, capacity, usedBytes, status NORMAL/UNHEALTHY/OVERUSED |
-| version / gitCommitId / startTimeMs | ``version`` / ``git_commit_id`` / ``start_time_ms`` |
-| applicationInfo | one per live app in ``apps`` |
+This module owns the timing, retries and bookkeeping of the shuffle server's membership in the
+cluster (spec §7.1). Every ``interval_s`` on the injected clock (the first one immediately at
+start, so a new server is assignable at once) the actor calls ``snapshot()`` and sends the
+result to EVERY coordinator of the quorum, concurrently, each through its own
+``CoordinatorLink`` (opened by ``connect(target)`` when the actor starts, closed when it stops),
+with a deadline of ``interval_s``.
 
 A coordinator that is down or slow only costs a rate-limited warning (one per coordinator per
 minute, with the count of failures swallowed meanwhile) and is retried on the next tick; the
-sends run in a task of their own, so nothing in the server ever waits on a coordinator.
+sends run in a task of their own, so nothing in the server ever waits on a coordinator. A
+snapshot that cannot be built skips one round, never the loop.
 
 Messages: ``SendHeartbeatNow`` (send a round at once, e.g. after a status change; replies
 ``{target: ok}``) and ``GetHeartbeatStats``.
 
-This is the one actor that is itself a gRPC client, hence the protobuf import here (like
-Riffle's ``heartbeat.rs``). It does not cover: computing the figures (the caller's
-``snapshot`` does) or the coordinator side (``riffle_actors.coordinator``).
+It does not cover: the wire (``riffle_actors.transport.coordinator_client`` implements
+``CoordinatorLink`` over gRPC and maps each snapshot field to the protobuf request), computing the
+figures (``riffle_actors.admin.AdminService.heartbeat_snapshot``) or the coordinator side.
 """
 
 from __future__ import annotations
@@ -35,22 +26,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-import grpc
 from loguru import logger
 
 from riffle_actors import __version__
-from riffle_actors.runtime import Actor
-from riffle_actors.runtime.clock import Clock, SystemClock
 from riffle_actors.log import RateLimitedLog
-from riffle_actors.protocol.proto import uniffle_pb2 as pb
-from riffle_actors.protocol.proto import uniffle_pb2_grpc as pb_grpc
+from riffle_actors.runtime import Actor, Clock, SystemClock
 
 #: Tags every server sends: the protocol generation the 0.10 client requires, and our transport.
 BASE_TAGS = ("ss_v5", "GRPC")
 NETTY_TAG = "GRPC_NETTY"
-_DISK_STATUSES = ("NORMAL", "UNHEALTHY", "OVERUSED")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -108,46 +94,24 @@ class HeartbeatSnapshot:
         return tuple(dict.fromkeys(tags + list(self.tags)))  # ordered, no duplicates
 
 
-def encode_heartbeat(s: HeartbeatSnapshot) -> pb.ShuffleServerHeartBeatRequest:
-    """``HeartbeatSnapshot`` → ``ShuffleServerHeartBeatRequest`` (see the module docstring's table)."""
-    healthy = s.is_healthy and s.status == "ACTIVE"
-    req = pb.ShuffleServerHeartBeatRequest(
-        serverId=pb.ShuffleServerId(
-            id=s.server_id, ip=s.ip, port=s.grpc_port, netty_port=max(s.netty_port, 0), jetty_port=s.http_port
-        ),
-        usedMemory=s.used_memory,
-        preAllocatedMemory=s.pre_allocated_memory,
-        availableMemory=s.available_memory,
-        eventNumInFlush=s.event_num_in_flush,
-        tags=list(s.all_tags),
-        status=pb.ServerStatus.Value(s.status),
-        version=s.version,
-        gitCommitId=s.git_commit_id,
-        startTimeMs=s.start_time_ms,
-        applicationInfo=[
-            pb.ApplicationInfo(
-                appId=a.app_id,
-                partitionNum=a.partition_num,
-                memorySize=a.memory_bytes,
-                localFileNum=a.local_file_num,
-                localTotalSize=a.local_total_bytes,
-                totalSize=a.total_bytes,
-            )
-            for a in s.apps
-        ],
-    )
-    req.isHealthy.value = healthy  # BoolValue: present even when False (Riffle does the same)
-    for d in s.disks:
-        req.storageInfo[d.path].CopyFrom(
-            pb.StorageInfo(
-                mountPoint=d.path,
-                storageMedia=pb.StorageInfo.StorageMedia.Value(d.media),
-                capacity=d.capacity_bytes,
-                usedBytes=d.used_bytes,
-                status=pb.StorageInfo.StorageStatus.Value(d.status if d.status in _DISK_STATUSES else "UNHEALTHY"),
-            )
-        )
-    return req
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeartbeatAck:
+    """What one coordinator made of one heartbeat: ``ok``, or the reason it failed (for the log)."""
+
+    ok: bool
+    problem: str = ""
+
+
+class CoordinatorLink(Protocol):
+    """One coordinator of the quorum, as the heartbeat actor needs it.
+
+    ``send_heartbeat`` reports a refusal or an unreachable coordinator as ``HeartbeatAck(ok=False)``
+    (an exception counts as a failure too); ``close`` releases the connection.
+    """
+
+    async def send_heartbeat(self, snapshot: HeartbeatSnapshot, timeout_s: float) -> HeartbeatAck: ...
+
+    async def close(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -183,15 +147,17 @@ class HeartbeatActor(Actor):
         snapshot: Callable[[], HeartbeatSnapshot],
         clock: Clock | None = None,
         *,
+        connect: Callable[[str], CoordinatorLink],
         warn_every_s: float = 60.0,
     ):
+        """``connect(target)`` opens the link to one coordinator (``GrpcCoordinatorLink`` in the server)."""
         self.quorum = list(dict.fromkeys(quorum))
         self.interval_s = interval_s
         self.snapshot = snapshot
+        self.connect = connect
         self.clock: Clock = clock if clock is not None else SystemClock()
         self._warn = RateLimitedLog(warn_every_s, monotonic=self.clock.monotonic)
-        self._channels: dict[str, grpc.aio.Channel] = {}
-        self._stubs: dict[str, pb_grpc.CoordinatorServerStub] = {}
+        self._links: dict[str, CoordinatorLink] = {}
         self._reachable: dict[str, bool] = {}
         self.rounds = 0
         self.sent_ok = 0
@@ -199,17 +165,15 @@ class HeartbeatActor(Actor):
 
     async def on_start(self) -> None:
         for target in self.quorum:
-            channel = grpc.aio.insecure_channel(target)
-            self._channels[target] = channel
-            self._stubs[target] = pb_grpc.CoordinatorServerStub(channel)
+            self._links[target] = self.connect(target)
         if not self.quorum:
             logger.warning("no coordinator_quorum configured: this server will not be assigned by any coordinator")
             return
         self.spawn(self._loop())
 
     async def on_stop(self) -> None:
-        channels, self._channels, self._stubs = self._channels, {}, {}
-        await asyncio.gather(*(c.close(grace=None) for c in channels.values()), return_exceptions=True)
+        links, self._links = self._links, {}
+        await asyncio.gather(*(link.close() for link in links.values()), return_exceptions=True)
 
     def receive(self, msg: HeartbeatMsg) -> Any:
         match msg:
@@ -230,25 +194,22 @@ class HeartbeatActor(Actor):
 
     async def _round(self) -> dict[str, bool]:
         try:
-            request = encode_heartbeat(self.snapshot())
+            snapshot = self.snapshot()
         except Exception:  # noqa: BLE001 - a broken snapshot skips one round, never the loop
             logger.exception("cannot build the heartbeat; skipping this round")
             return {}
         self.rounds += 1
-        targets = list(self._stubs)
-        results = await asyncio.gather(*(self._send(t, request) for t in targets))
+        targets = list(self._links)
+        results = await asyncio.gather(*(self._send(t, snapshot) for t in targets))
         return dict(zip(targets, results))
 
-    async def _send(self, target: str, request: pb.ShuffleServerHeartBeatRequest) -> bool:
-        stub = self._stubs.get(target)
-        if stub is None:
+    async def _send(self, target: str, snapshot: HeartbeatSnapshot) -> bool:
+        link = self._links.get(target)
+        if link is None:
             return False
         try:
-            resp = await stub.heartbeat(request, timeout=self.interval_s)
-            ok = bool(resp.status == pb.SUCCESS)
-            problem = "" if ok else f"status {pb.StatusCode.Name(resp.status)}: {resp.retMsg}"
-        except grpc.aio.AioRpcError as e:
-            ok, problem = False, f"{e.code().name}: {e.details()}"
+            ack = await link.send_heartbeat(snapshot, self.interval_s)
+            ok, problem = ack.ok, ack.problem
         except Exception as e:  # noqa: BLE001 - never let one coordinator break the loop
             ok, problem = False, repr(e)
         if ok:

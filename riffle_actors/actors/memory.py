@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from loguru import logger
 
 from riffle_actors.runtime import Actor, ActorDeadError, ActorRef, MailboxFullError
-from riffle_actors.runtime.clock import Clock
+from riffle_actors.runtime import Clock
 from riffle_actors.errors import NoBufferError, RiffleError, TicketNotFoundError
 from riffle_actors.state.budget import BudgetSnapshot, MemoryBudget
 from riffle_actors.state.tickets import Ticket, TicketBook

@@ -8,9 +8,10 @@ Modules, each owning one thing:
 - ``assignment``: the pure assignment strategies (partition_balance, basic; host strategies);
 - ``apps``: the pure application registry with a bounded history;
 - ``actors``: ``ClusterActor`` and ``AppRegistryActor``, which own that state at run time;
-- ``service``: the grpc.aio ``CoordinatorServer`` servicer;
-- ``http``: the JSON API (``/api/servers``, ``/api/apps``, ...);
-- ``runtime``: ``Coordinator``, the composition root that starts and stops all of the above;
+- ``service``: ``CoordinatorService``, the use cases (heartbeats, assignments, apps, operator status);
+- ``runtime``: ``Coordinator``, the composition root that starts and stops all of the above and its
+  adapters (``riffle_actors.transport.coordinator_grpc``: the gRPC ``CoordinatorServer`` servicer;
+  ``riffle_actors.transport.coordinator_http``: the JSON API, ``/api/servers``, ``/api/apps``, ...);
 - ``main``: the ``riffle-coordinator`` console entry point (via ``riffle_actors.daemon``).
 
 See ``docs/coordinator.md`` for configuration, the HTTP API and the daemon commands.

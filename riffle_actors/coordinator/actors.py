@@ -13,7 +13,8 @@ after ``clock.sleep(interval)``; with a ``ManualClock`` a test's ``clock.advance
 Expected failures (``AssignmentError``, ``HeartbeatRefused``, unknown server, bad status) go
 back to the asker and never crash the actor.
 
-It does not cover: gRPC/HTTP decoding (``service.py``, ``http.py``) or wiring (``runtime.py``).
+It does not cover: the use cases (``service.py``), gRPC/HTTP decoding (``riffle_actors.transport``) or
+wiring (``runtime.py``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from riffle_actors.runtime import Actor
-from riffle_actors.runtime.clock import Clock
+from riffle_actors.runtime import Clock
 from riffle_actors.coordinator.apps import AppRegistry, AppView
 from riffle_actors.coordinator.assignment import Assignment, AssignmentError, AssignmentRequest
 from riffle_actors.coordinator.cluster import (

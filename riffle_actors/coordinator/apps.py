@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from loguru import logger
 
-from riffle_actors.runtime.clock import Clock
+from riffle_actors.runtime import Clock
 
 
 @dataclass(slots=True, kw_only=True)

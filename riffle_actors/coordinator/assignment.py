@@ -16,7 +16,7 @@ whether replicas of one range may share an IP: ``prefer_diff`` avoids it when it
 ``must_diff`` fails the request when it cannot, ``none`` ignores hosts.
 
 It does not cover: filtering candidates (status, tags, exclusion: ``cluster.py``) or the
-protobuf conversion (``service.py``). Failures raise ``AssignmentError`` whose message is sent
+protobuf conversion (``transport.coordinator_grpc``). Failures raise ``AssignmentError`` whose message is sent
 to the client as retMsg with INTERNAL_ERROR.
 """
 

@@ -29,7 +29,7 @@ and counted in ``id_conflicts_total``; refusals raise ``HeartbeatRefused`` and a
 ``ExcludeFile`` reads the operator exclude list (one server id a line, ``#`` comments) and
 re-reads it only when its mtime changes.
 
-It does not cover: the ranking itself (``assignment.py``), protobuf (``service.py``) or
+It does not cover: the ranking itself (``assignment.py``), protobuf (``transport.coordinator_grpc``) or
 timers (``actors.py`` drives ``expire()`` and ``ExcludeFile.poll()``).
 """
 
@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 from loguru import logger
 
-from riffle_actors.runtime.clock import Clock
+from riffle_actors.runtime import Clock
 from riffle_actors.coordinator.assignment import (
     Assignment,
     AssignmentError,

@@ -6,7 +6,7 @@ This module owns the coordinator's TOML schema (``CoordinatorConfig`` and its se
 dotted key; ``validate_config``; ``load_toml``), so a typo such as ``[server] heartbeat_timout_sec``
 fails with ``server.heartbeat_timout_sec: unknown key`` instead of silently using a default.
 
-It also resolves the ``[admin]`` credentials once, at load time (``AdminAuth.resolve``: the
+It also resolves the ``[admin]`` credentials once, at load time (``AdminCredentials.resolve``: the
 section plus the ``RIFFLE_ADMIN_*`` environment variables), so an unusable credential (an
 unreadable ``token_file``, a short token in the environment) is a ``ConfigError`` (exit code 2)
 like any other bad key; ``CoordinatorConfig.admin_auth()`` hands the result to the runtime.
@@ -34,7 +34,7 @@ from riffle_actors.config import (
     load_toml,
     validate_config,
 )
-from riffle_actors.transport.admin_auth import AdminAuth, AdminCredentialError
+from riffle_actors.credentials import AdminCredentialError, AdminCredentials
 
 
 class AssignmentStrategy(enum.StrEnum):
@@ -135,16 +135,16 @@ class CoordinatorConfig(StrictModel):
     admin: AdminConfig = Field(default_factory=AdminConfig)
     log: LogConfig = Field(default_factory=LogConfig)
 
-    _admin_auth: AdminAuth | None = PrivateAttr(None)
+    _admin_auth: AdminCredentials | None = PrivateAttr(None)
 
-    def admin_auth(self) -> AdminAuth:
+    def admin_auth(self) -> AdminCredentials:
         """The admin credentials: as resolved by ``load_coordinator_config``, else resolved now.
 
         Raises ``AdminCredentialError`` (only for a config not built by ``load_coordinator_config``).
         """
         if self._admin_auth is not None:
             return self._admin_auth
-        return AdminAuth.resolve(self.admin)
+        return AdminCredentials.resolve(self.admin)
 
     @field_validator("client_conf", mode="after")
     @classmethod
@@ -174,7 +174,7 @@ def load_coordinator_config(path: str | os.PathLike[str]) -> CoordinatorConfig:
             admin["token_file"] = str(here / token_file)
     cfg = validate_config(CoordinatorConfig, data, path)
     try:
-        cfg._admin_auth = AdminAuth.resolve(cfg.admin)
+        cfg._admin_auth = AdminCredentials.resolve(cfg.admin)
     except AdminCredentialError as e:
         raise ConfigError(path, [_credential_problem(str(e))]) from None
     return cfg

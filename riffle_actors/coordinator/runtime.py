@@ -5,10 +5,13 @@
 - an ``ActorSystem`` whose root supervisor keeps ``ClusterActor`` and ``AppRegistryActor``
   alive (PERMANENT; a restarted incarnation wraps the same registry object, so a crash loses
   no membership);
-- a grpc.aio server with ``CoordinatorService`` on exactly ``grpc_bind_address:grpc_port``
+- ``CoordinatorService``, the use cases both adapters call;
+- a grpc.aio server with the ``CoordinatorServicer`` adapter (``transport.coordinator_grpc``) on
+  exactly ``grpc_bind_address:grpc_port``
   (0 = any free port; the send limit is raised because a large shuffle's assignment exceeds
   gRPC's 4 MiB default, the receive limit stays small: no request needs more);
-- an aiohttp site with ``http.build_app`` on exactly ``http_bind_address:http_port``, its
+- an aiohttp site with ``transport.coordinator_http.build_app`` on exactly
+  ``http_bind_address:http_port``, its
   state-changing routes guarded by the admin credentials (``cfg.admin_auth()``).
 
 A port that cannot be opened raises ``transport.listen.ListenError`` (an ``OSError`` naming the
@@ -27,16 +30,16 @@ import grpc
 from aiohttp import web
 from loguru import logger
 
-from riffle_actors.runtime import ActorRef, ActorSystem, ChildSpec, RestartPolicy
-from riffle_actors.runtime.clock import Clock, SystemClock
 from riffle_actors.coordinator.actors import AppRegistryActor, ClusterActor
 from riffle_actors.coordinator.apps import AppRegistry
 from riffle_actors.coordinator.cluster import ClusterRegistry, ExcludeFile
 from riffle_actors.coordinator.config import CoordinatorConfig
-from riffle_actors.coordinator.http import build_app
 from riffle_actors.coordinator.service import CoordinatorService
+from riffle_actors.credentials import AdminCredentials
 from riffle_actors.protocol.proto import uniffle_pb2_grpc as pb_grpc
-from riffle_actors.transport.admin_auth import AdminAuth
+from riffle_actors.runtime import ActorRef, ActorSystem, ChildSpec, Clock, RestartPolicy, SystemClock
+from riffle_actors.transport.coordinator_grpc import CoordinatorServicer
+from riffle_actors.transport.coordinator_http import build_app
 from riffle_actors.transport.listen import bind_grpc, start_tcp_site
 
 GRPC_OPTIONS = [
@@ -52,7 +55,7 @@ class Coordinator:
     def __init__(self, cfg: CoordinatorConfig, *, clock: Clock | None = None):
         self.cfg = cfg
         self.clock: Clock = clock if clock is not None else SystemClock()
-        self.admin: AdminAuth = cfg.admin_auth()
+        self.admin: AdminCredentials = cfg.admin_auth()
         self.cluster = ClusterRegistry(
             clock=self.clock,
             heartbeat_timeout_s=cfg.server.heartbeat_timeout_sec,
@@ -69,6 +72,7 @@ class Coordinator:
         self.cluster_ref: ActorRef | None = None
         self.apps_ref: ActorRef | None = None
         self.service: CoordinatorService | None = None
+        self.servicer: CoordinatorServicer | None = None
         self.grpc_port = 0
         self.http_port = 0
         self._grpc: grpc.aio.Server | None = None
@@ -103,22 +107,20 @@ class Coordinator:
         )
         try:
             self.service = CoordinatorService(cfg, cluster_ref=self.cluster_ref, apps_ref=self.apps_ref)
+            servicer = self.servicer = CoordinatorServicer(self.service)
             self._grpc = grpc.aio.server(options=GRPC_OPTIONS)
-            pb_grpc.add_CoordinatorServerServicer_to_server(self.service, self._grpc)
+            pb_grpc.add_CoordinatorServerServicer_to_server(servicer, self._grpc)
             self.grpc_port = bind_grpc(
                 self._grpc, what="gRPC", keys="grpc_port / grpc_bind_address",
                 host=cfg.grpc_bind_address, port=cfg.grpc_port,
             )
             await self._grpc.start()
 
-            service = self.service
             app = build_app(
-                cluster_ref=self.cluster_ref,
-                apps_ref=self.apps_ref,
-                rpc_calls=lambda: dict(service.rpc_calls),
+                service=self.service,
+                rpc_calls=lambda: dict(servicer.rpc_calls),
                 uptime_s=lambda: clock.monotonic() - self._started_at,
                 auth=self.admin,
-                heartbeats_refused=lambda: dict(service.heartbeats_refused),
             )
             self._http = web.AppRunner(app, access_log=None, handle_signals=False)
             await self._http.setup()
@@ -156,5 +158,5 @@ class Coordinator:
         await self.stop()
 
 
-def _schemes(auth: AdminAuth) -> str:
+def _schemes(auth: AdminCredentials) -> str:
     return " or ".join(s for s, on in (("Bearer token", auth.token), ("HTTP Basic", auth.basic_user)) if on)

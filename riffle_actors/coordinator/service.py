@@ -1,262 +1,158 @@
-"""The grpc.aio ``rss.common.CoordinatorServer`` servicer (spec §1.3, §7.4).
+"""CoordinatorService: the transport-agnostic use cases of ``riffle-coordinator``.
 
-This module owns the protobuf side of the coordinator: it decodes each request, asks the
-state actors (``ClusterActor``, ``AppRegistryActor``) and encodes the reply. Behaviour per RPC:
+Both adapters call it and nothing else: the gRPC ``CoordinatorServer`` servicer
+(``riffle_actors.transport.coordinator_grpc``) and the HTTP JSON API
+(``riffle_actors.transport.coordinator_http``). It takes decoded, typed values and asks the
+state actors (``ClusterActor``, ``AppRegistryActor``); expected failures are ``RiffleError``
+subclasses whose wire status is mapped in one place (``riffle_actors.errors.to_status``), as on
+the shuffle server:
 
-| RPC | answer |
+| use case | failure -> status |
 |---|---|
-| heartbeat | SUCCESS, the server is (re-)registered; INVALID_REQUEST + why if malformed; ACCESS_DENIED + why if refused |
-| getShuffleAssignments | SUCCESS + a range per partition with ``dataReplica`` servers, or INTERNAL_ERROR + why |
-| registerApplicationInfo / appHeartbeat | SUCCESS; the app is recorded / kept alive |
-| fetchClientConf / fetchClientConfV2 | SUCCESS + the ``[client_conf]`` items (0.10 drivers fail to start without V2) |
-| fetchRemoteStorage | SUCCESS + ``[remote_storage]`` (empty path unless configured) |
-| accessCluster | SUCCESS + a fresh uuid |
-| checkServiceAvailable | SUCCESS, available = some server can take partitions |
-| getShuffleServerList / getShuffleServerNum | every registered server / their number |
-| reportClientOperation | SUCCESS (logged) |
-| getShuffleDataStorageInfo | gRPC UNIMPLEMENTED (no client calls it) |
+| ``server_heartbeat`` | malformed -> INVALID_REQUEST; outside ``allowed_networks``, or refused -> ACCESS_DENIED |
+| ``assign_shuffle`` | too few candidates -> INTERNAL_ERROR naming why |
+| ``register_app`` | empty app id -> INVALID_REQUEST |
 
-Every call is counted in ``rpc_calls`` and every refused heartbeat in ``heartbeats_refused`` (by
-kind: ``invalid``, ``source_not_allowed``, ``id_conflict``, ``registry_full``, ``host_limit``), both
-exposed by ``/api/health``. A refusal is logged with the peer address (repeats of the same one
-are logged at the 1st, 10th, 100th, ... occurrence).
+A heartbeat is checked in this order: malformed (the adapter hands a ``MalformedHeartbeat`` built
+by ``validation.heartbeat_problems``), ``validation.source_problem`` (outside ``[server]
+allowed_networks``), then the registry's admission rules (id conflict, ``max_servers``,
+``max_servers_per_host``). Only a heartbeat that passes all three reaches the registry. Every
+refusal is counted in ``heartbeats_refused`` by kind (``invalid``, ``source_not_allowed``,
+``id_conflict``, ``registry_full``, ``host_limit``; shown by ``/api/health``); the first two are
+logged here with the peer address (repeats of the same one at the 1st, 10th, 100th, ...
+occurrence), the registry logs its own.
 
-A heartbeat is checked in this order: ``validation.heartbeat_problems`` (malformed: INVALID_REQUEST),
-``validation.source_problem`` (outside ``[server] allowed_networks``: ACCESS_DENIED), then the
-registry's admission rules (id conflict, ``max_servers``, ``max_servers_per_host``: ACCESS_DENIED).
-Only a heartbeat that passes all three reaches the registry.
-
-It does not cover: the state rules (``cluster.py``, ``apps.py``, ``assignment.py``).
+It does not cover: protobuf or JSON (the adapters), the state rules (``cluster.py``, ``apps.py``,
+``assignment.py``) or wiring (``runtime.py``).
 """
 
 from __future__ import annotations
 
 import uuid
 from collections import Counter
-from typing import Any
+from collections.abc import Sequence
 
-import grpc
 from loguru import logger
 
-from riffle_actors.runtime import ActorRef
 from riffle_actors.coordinator import actors as msgs
-from riffle_actors.coordinator.assignment import AssignmentError, AssignmentRequest
-from riffle_actors.coordinator.cluster import DiskInfo, HeartbeatRefused, ServerHeartbeat, ServerStatus
+from riffle_actors.coordinator.apps import AppView
+from riffle_actors.coordinator.assignment import Assignment, AssignmentError, AssignmentRequest
+from riffle_actors.coordinator.cluster import HeartbeatRefused, ServerHeartbeat, ServerStatus, ServerView
 from riffle_actors.coordinator.config import CoordinatorConfig
 from riffle_actors.coordinator.validation import (
+    MalformedHeartbeat,
     RepeatFilter,
-    heartbeat_problems,
-    parse_ip,
     parse_networks,
-    peer_host,
-    reject_message,
     show,
     source_problem,
 )
-from riffle_actors.protocol.proto import uniffle_pb2 as pb
-from riffle_actors.protocol.proto import uniffle_pb2_grpc as pb_grpc
-
-SUCCESS = pb.SUCCESS
-INTERNAL_ERROR = pb.INTERNAL_ERROR
+from riffle_actors.errors import AccessDeniedError, InternalError, InvalidRequestError
+from riffle_actors.runtime import ActorRef
 
 
-def _enum_name(enum: Any, value: int, default: str) -> str:
-    try:
-        return str(enum.Name(value))
-    except ValueError:  # a value a newer peer knows and we do not
-        return default
-
-
-def decode_heartbeat(req: pb.ShuffleServerHeartBeatRequest) -> ServerHeartbeat:
-    """``ShuffleServerHeartBeatRequest`` → ``ServerHeartbeat`` (spec §1.7); validate it first.
-
-    The IP is stored in its canonical form; a netty/jetty port of 0 or -1 ("none") becomes 0.
-    """
-    sid = req.serverId
-    status = ServerStatus.ACTIVE
-    if req.HasField("status"):
-        try:
-            status = ServerStatus(req.status)
-        except ValueError:
-            status = ServerStatus.UNHEALTHY  # a status we do not know: do not place data there
-    disks = tuple(
-        DiskInfo(
-            mount_point=info.mountPoint or mount,
-            media=_enum_name(pb.StorageInfo.StorageMedia, info.storageMedia, "STORAGE_TYPE_UNKNOWN"),
-            capacity_bytes=info.capacity,
-            used_bytes=info.usedBytes,
-            status=_enum_name(pb.StorageInfo.StorageStatus, info.status, "STORAGE_STATUS_UNKNOWN"),
-        )
-        for mount, info in sorted(req.storageInfo.items())
-    )
-    addr = parse_ip(sid.ip)
-    ip = str(addr) if addr is not None else sid.ip
-    return ServerHeartbeat(
-        id=sid.id or f"{ip}-{sid.port}",
-        ip=ip,
-        grpc_port=sid.port,
-        netty_port=max(sid.netty_port, 0),
-        http_port=max(sid.jetty_port, 0),
-        tags=frozenset(req.tags),
-        used_memory=req.usedMemory,
-        pre_allocated_memory=req.preAllocatedMemory,
-        available_memory=req.availableMemory,
-        event_num_in_flush=req.eventNumInFlush,
-        status=status,
-        is_healthy=req.isHealthy.value if req.HasField("isHealthy") else None,
-        disks=disks,
-        version=req.version,
-        git_commit_id=req.gitCommitId,
-        start_time_ms=req.startTimeMs,
-        app_ids=tuple(a.appId for a in req.applicationInfo),
-    )
-
-
-def encode_server_id(hb: ServerHeartbeat) -> pb.ShuffleServerId:
-    """A ``ShuffleServerId`` exactly as the server heartbeated it (clients connect to ip:port)."""
-    return pb.ShuffleServerId(id=hb.id, ip=hb.ip, port=hb.grpc_port, netty_port=hb.netty_port, jetty_port=hb.http_port)
-
-
-class CoordinatorService(pb_grpc.CoordinatorServerServicer):
+class CoordinatorService:
     """See the module docstring."""
 
     def __init__(self, cfg: CoordinatorConfig, *, cluster_ref: ActorRef, apps_ref: ActorRef):
         self.cluster_ref = cluster_ref
         self.apps_ref = apps_ref
-        self._client_conf = [pb.ClientConfItem(key=k, value=v) for k, v in cfg.client_conf.items()]
-        self._remote_storage = pb.RemoteStorage(
-            path=cfg.remote_storage.path,
-            remoteStorageConf=[pb.RemoteStorageConfItem(key=k, value=v) for k, v in cfg.remote_storage.conf.items()],
-        )
+        self.client_conf: tuple[tuple[str, str], ...] = tuple(cfg.client_conf.items())
+        self.remote_storage_path: str = cfg.remote_storage.path
+        self.remote_storage_conf: tuple[tuple[str, str], ...] = tuple(cfg.remote_storage.conf.items())
         self._networks = parse_networks(cfg.server.allowed_networks)
-        self.rpc_calls: Counter[str] = Counter()
         self.heartbeats_refused: Counter[str] = Counter()
         self._refusal_log = RepeatFilter()
 
     # ---------------------------------------------------------------- shuffle servers
-
-    async def heartbeat(self, request: pb.ShuffleServerHeartBeatRequest, context: Any) -> Any:
-        self.rpc_calls["heartbeat"] += 1
-        peer = peer_host(context.peer()) if context is not None else None
-        problems = heartbeat_problems(request)
-        if problems:
-            message = reject_message(problems)
-            return self._refuse("invalid", pb.INVALID_REQUEST, message, peer, request.serverId.id)
-        source = source_problem(peer, request.serverId.ip, self._networks)
+    async def server_heartbeat(self, beat: ServerHeartbeat | MalformedHeartbeat, peer: str | None) -> None:
+        """(Re-)register a server; raises ``InvalidRequestError`` / ``AccessDeniedError`` with the reason."""
+        if isinstance(beat, MalformedHeartbeat):
+            message = beat.message
+            self._log_refusal("invalid", message, peer, beat.server_id)
+            raise InvalidRequestError(message)
+        source = source_problem(peer, beat.ip, self._networks)
         if source is not None:
-            return self._refuse("source_not_allowed", pb.ACCESS_DENIED, source, peer, request.serverId.id)
-        hb = decode_heartbeat(request)
+            self._log_refusal("source_not_allowed", source, peer, beat.id)
+            raise AccessDeniedError(source)
         try:
-            await self.cluster_ref.ask(msgs.Heartbeat(heartbeat=hb, peer_host=peer))
+            await self.cluster_ref.ask(msgs.Heartbeat(heartbeat=beat, peer_host=peer))
         except HeartbeatRefused as e:
-            # the registry logs its refusals itself (once per change)
-            self.heartbeats_refused[e.kind] += 1
-            return pb.ShuffleServerHeartBeatResponse(status=pb.ACCESS_DENIED, retMsg=str(e))
-        return pb.ShuffleServerHeartBeatResponse(status=SUCCESS, retMsg="")
+            self.heartbeats_refused[e.kind] += 1  # the registry logs its refusals itself (once per change)
+            raise AccessDeniedError(str(e)) from None
 
-    def _refuse(self, kind: str, status: int, message: str, peer: str | None, server_id: str) -> Any:
+    def _log_refusal(self, kind: str, message: str, peer: str | None, server_id: str) -> None:
         self.heartbeats_refused[kind] += 1
         count = self._refusal_log.hit((kind, peer, message))
         if count is not None:
             seen = f" (seen {count} times)" if count > 1 else ""
             who = peer or "an unknown peer"
-            logger.warning("refused heartbeat from {} (serverId.id {}): {}{}", who, show(server_id), message, seen)
-        return pb.ShuffleServerHeartBeatResponse(status=status, retMsg=message)
+            logger.warning("refused heartbeat from {} (serverId.id {}): {}{}", who, show(server_id), message,
+                           seen)
 
-    async def getShuffleServerList(self, request: Any, context: Any) -> Any:
-        self.rpc_calls["getShuffleServerList"] += 1
-        views = await self.cluster_ref.ask(msgs.ListServers())
-        return pb.GetShuffleServerListResponse(servers=[encode_server_id(v.node) for v in views])
+    async def list_servers(self) -> list[ServerView]:
+        """Every registered server, by id."""
+        views: list[ServerView] = await self.cluster_ref.ask(msgs.ListServers())
+        return views
 
-    async def getShuffleServerNum(self, request: Any, context: Any) -> Any:
-        self.rpc_calls["getShuffleServerNum"] += 1
-        views = await self.cluster_ref.ask(msgs.ListServers())
-        return pb.GetShuffleServerNumResponse(num=len(views))
+    async def server(self, server_id: str) -> ServerView | None:
+        return next((v for v in await self.list_servers() if v.node.id == server_id), None)
 
-    async def checkServiceAvailable(self, request: Any, context: Any) -> Any:
-        self.rpc_calls["checkServiceAvailable"] += 1
-        n = await self.cluster_ref.ask(msgs.CountCandidates())
-        return pb.CheckServiceAvailableResponse(status=SUCCESS, available=n > 0)
+    async def service_available(self) -> bool:
+        """Can some server take new partitions?"""
+        n: int = await self.cluster_ref.ask(msgs.CountCandidates())
+        return n > 0
+
+    async def set_server_status(self, server_id: str, status: ServerStatus) -> ServerView:
+        """Operator override: DECOMMISSIONING, or ACTIVE to clear it. Raises ``InvalidRequestError``
+        for another status and ``msgs.UnknownServerError`` for an unknown id."""
+        if status not in (ServerStatus.ACTIVE, ServerStatus.DECOMMISSIONING):
+            raise InvalidRequestError(f"status must be ACTIVE or DECOMMISSIONING, not {status.name}")
+        view: ServerView = await self.cluster_ref.ask(
+            msgs.SetServerStatus(server_id=server_id, status=status))
+        return view
+
+    async def registry_stats(self) -> dict[str, int]:
+        stats: dict[str, int] = await self.cluster_ref.ask(msgs.RegistryStats())
+        return stats
 
     # ---------------------------------------------------------------- drivers
-
-    async def getShuffleAssignments(self, request: pb.GetShuffleServerRequest, context: Any) -> Any:
-        self.rpc_calls["getShuffleAssignments"] += 1
-        app_id, shuffle_id = request.applicationId, request.shuffleId
-        assignment_request = AssignmentRequest(
-            partition_num=request.partitionNum,
-            partitions_per_range=request.partitionNumPerRange or 1,
-            replica=request.dataReplica or 1,  # proto3 default 0 = not set
-            server_number=request.assignmentShuffleServerNumber,
-        )
+    async def assign_shuffle(self, app_id: str, shuffle_id: int, request: AssignmentRequest, *,
+                             require_tags: Sequence[str] = (), faulty_ids: Sequence[str] = (),
+                             ) -> tuple[Assignment, dict[str, ServerHeartbeat]]:
+        """Servers for each partition range of a shuffle; raises ``InternalError`` naming why there are
+        too few. The app (when named) is credited with the assignment."""
         try:
-            assignment, servers = await self.cluster_ref.ask(
-                msgs.AssignShuffle(
-                    request=assignment_request,
-                    require_tags=tuple(request.requireTags),
-                    faulty_ids=tuple(request.faultyServerIds),
-                )
-            )
+            assignment, servers = await self.cluster_ref.ask(msgs.AssignShuffle(
+                request=request, require_tags=tuple(require_tags), faulty_ids=tuple(faulty_ids)))
         except AssignmentError as e:
             logger.warning("no assignment for app {} shuffle {}: {}", app_id, shuffle_id, e)
-            return pb.GetShuffleAssignmentsResponse(status=INTERNAL_ERROR, retMsg=str(e))
-        ids = {sid: encode_server_id(hb) for sid, hb in servers.items()}
-        ranges = [
-            pb.PartitionRangeAssignment(startPartition=r.start, endPartition=r.end, server=[ids[s] for s in r.server_ids])
-            for r in assignment.ranges
-        ]
+            raise InternalError(str(e)) from None
         if app_id:
-            await self.apps_ref.tell(
-                msgs.RecordAssignment(app_id=app_id, partitions=request.partitionNum, server_ids=tuple(sorted(servers)))
-            )
-        logger.info(
-            "app {} shuffle {}: {} partition(s) x{} on {}",
-            app_id, shuffle_id, request.partitionNum, assignment_request.replica, sorted(servers),
-        )
-        return pb.GetShuffleAssignmentsResponse(status=SUCCESS, assignments=ranges, retMsg="")
+            await self.apps_ref.tell(msgs.RecordAssignment(app_id=app_id, partitions=request.partition_num,
+                                                           server_ids=tuple(sorted(servers))))
+        logger.info("app {} shuffle {}: {} partition(s) x{} on {}",
+                    app_id, shuffle_id, request.partition_num, request.replica, sorted(servers))
+        return assignment, servers
 
-    async def registerApplicationInfo(self, request: pb.ApplicationInfoRequest, context: Any) -> Any:
-        self.rpc_calls["registerApplicationInfo"] += 1
-        if not request.appId:
-            return pb.ApplicationInfoResponse(status=pb.INVALID_REQUEST, retMsg="appId is empty")
-        await self.apps_ref.tell(
-            msgs.RegisterApp(
-                app_id=request.appId, user=request.user, version=request.version, git_commit_id=request.gitCommitId
-            )
-        )
-        return pb.ApplicationInfoResponse(status=SUCCESS, retMsg="")
+    async def register_app(self, app_id: str, *, user: str = "", version: str = "",
+                           git_commit_id: str = "") -> None:
+        if not app_id:
+            raise InvalidRequestError("appId is empty")
+        await self.apps_ref.tell(msgs.RegisterApp(app_id=app_id, user=user, version=version,
+                                                  git_commit_id=git_commit_id))
 
-    async def appHeartbeat(self, request: pb.AppHeartBeatRequest, context: Any) -> Any:
-        self.rpc_calls["appHeartbeat"] += 1
-        if request.appId:
-            await self.apps_ref.tell(msgs.AppHeartbeat(app_id=request.appId))
-        return pb.AppHeartBeatResponse(status=SUCCESS, retMsg="")
+    async def app_heartbeat(self, app_id: str) -> None:
+        if app_id:
+            await self.apps_ref.tell(msgs.AppHeartbeat(app_id=app_id))
 
-    async def fetchClientConf(self, request: Any, context: Any) -> Any:
-        self.rpc_calls["fetchClientConf"] += 1
-        return pb.FetchClientConfResponse(status=SUCCESS, retMsg="", clientConf=self._client_conf)
+    async def list_apps(self, *, historical: bool = False) -> list[AppView]:
+        """Live apps, or the expired ones (newest first) when ``historical``."""
+        views: list[AppView] = await self.apps_ref.ask(msgs.ListApps(historical=historical))
+        return views
 
-    async def fetchClientConfV2(self, request: pb.FetchClientConfRequest, context: Any) -> Any:
-        # MUST exist: a 0.10 driver cannot start when this RPC fails (spec §7.4).
-        self.rpc_calls["fetchClientConfV2"] += 1
-        return pb.FetchClientConfResponse(status=SUCCESS, retMsg="", clientConf=self._client_conf)
+    def access_cluster(self) -> str:
+        """A fresh access id (every client is let in)."""
+        return uuid.uuid4().hex
 
-    async def fetchRemoteStorage(self, request: pb.FetchRemoteStorageRequest, context: Any) -> Any:
-        self.rpc_calls["fetchRemoteStorage"] += 1
-        return pb.FetchRemoteStorageResponse(status=SUCCESS, remoteStorage=self._remote_storage)
-
-    async def accessCluster(self, request: pb.AccessClusterRequest, context: Any) -> Any:
-        self.rpc_calls["accessCluster"] += 1
-        return pb.AccessClusterResponse(status=SUCCESS, retMsg="", uuid=uuid.uuid4().hex)
-
-    async def reportClientOperation(self, request: pb.ReportShuffleClientOpRequest, context: Any) -> Any:
-        self.rpc_calls["reportClientOperation"] += 1
-        logger.info(
-            "client {}:{} reports {!r} on server {}",
-            request.clientHost, request.clientPort, request.operation, request.server.id,
-        )
-        return pb.ReportShuffleClientOpResponse(status=SUCCESS, retMsg="")
-
-    async def getShuffleDataStorageInfo(self, request: Any, context: Any) -> Any:
-        self.rpc_calls["getShuffleDataStorageInfo"] += 1
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "getShuffleDataStorageInfo is not supported")
+    def client_operation(self, client_host: str, client_port: int, operation: str, server_id: str) -> None:
+        logger.info("client {}:{} reports {!r} on server {}", client_host, client_port, operation, server_id)

@@ -25,7 +25,7 @@ an assignment, a control character in a log line, or an unbounded amount of memo
 - ``source_problem(peer, ip, networks)``: why a heartbeat is outside ``[server] allowed_networks``.
 - ``RepeatFilter``: decides which repeats of the same refusal are worth a log line.
 
-It does not cover: decoding into ``ServerHeartbeat`` (``service.decode_heartbeat``) or the
+It does not cover: decoding into ``ServerHeartbeat`` (``transport.coordinator_grpc.decode_heartbeat``) or the
 registry's own admission rules: the size caps and id conflicts (``cluster.ClusterRegistry``).
 """
 
@@ -35,6 +35,7 @@ import ipaddress
 import re
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from riffle_actors.protocol.proto import uniffle_pb2 as pb
 
@@ -60,6 +61,19 @@ class InvalidHeartbeat(ValueError):
     def __init__(self, problems: Sequence[str]):
         self.problems = list(problems)
         super().__init__(reject_message(self.problems))
+
+
+@dataclass(frozen=True, slots=True)
+class MalformedHeartbeat:
+    """What an adapter hands the coordinator service for a heartbeat that breaks the rules above
+    (instead of a ``ServerHeartbeat``): the id it claimed and every problem."""
+
+    server_id: str
+    problems: tuple[str, ...]
+
+    @property
+    def message(self) -> str:
+        return reject_message(self.problems)
 
 
 def show(value: object) -> str:

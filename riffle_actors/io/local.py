@@ -9,7 +9,8 @@ kernel would produce it, without monkeypatching anything.
 This module also owns the classification of IO failures by errno (``classify``), used by the
 Disk actors, the health probe and the disk monitor alike: ``errno.ENOSPC`` and
 ``errno.EDQUOT`` -> ``ENOSPC``, ``EIO`` -> ``EIO``, ``EROFS`` -> ``EROFS``, a ``TimeoutError``
--> ``TIMEOUT``, anything else -> ``OTHER`` (never substrings of messages).
+-> ``TIMEOUT``, anything else -> ``OTHER`` (never substrings of messages), and which kinds count
+for disk health (``IOErrorKind.blames_disk``, ``IOErrorKind.quarantines_at_once``).
 
 Every method blocks; call them only on the threads a Disk actor owns.
 
@@ -37,6 +38,26 @@ class IOErrorKind(enum.StrEnum):
     TIMEOUT = "TIMEOUT"    # the operation did not finish in time (a dying disk blocks in the kernel)
     CORRUPT = "CORRUPT"    # the probe read back other bytes than it wrote
     OTHER = "OTHER"        # any other errno or exception
+
+    @property
+    def blames_disk(self) -> bool:
+        """Does a failure of this kind say something about the disk (a missing file or a bad offset
+        does not)? Only these are reported to the disk monitor."""
+        return self in _BLAMES_DISK
+
+    @property
+    def quarantines_at_once(self) -> bool:
+        """Does one failure of this kind take the disk out of service (it cannot take data now)?
+        Other kinds quarantine after ``disk_failures_to_quarantine`` in a row (an EIO may be one bad
+        sector)."""
+        return self in _AT_ONCE
+
+
+# The one place that says which kinds count for disk health (the Disk actors, the DiskMonitor and
+# the DiskHealthBoard all ask these two sets through the properties above).
+_BLAMES_DISK = frozenset({IOErrorKind.ENOSPC, IOErrorKind.EIO, IOErrorKind.EROFS, IOErrorKind.TIMEOUT,
+                          IOErrorKind.CORRUPT})
+_AT_ONCE = frozenset({IOErrorKind.ENOSPC, IOErrorKind.EROFS, IOErrorKind.TIMEOUT, IOErrorKind.CORRUPT})
 
 
 _ERRNO_KIND = {errno.ENOSPC: IOErrorKind.ENOSPC, errno.EDQUOT: IOErrorKind.ENOSPC, errno.EIO: IOErrorKind.EIO,

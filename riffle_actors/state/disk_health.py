@@ -12,9 +12,10 @@ States of one disk::
     HEALTHY/OVERUSED --failure--> QUARANTINED --healthy probe--> PROBATION --N healthy probes in a row--> HEALTHY
                                        ^-------------- any failure (probe or IO) ---------|
 
-A *failure* is a failed or timed-out probe, or an IO failure reported by the disk's users: an
-ENOSPC, EROFS, TIMEOUT or CORRUPT quarantines at once (the disk cannot take data now), an EIO
-or other error after ``failures_to_quarantine`` in a row (a single EIO may be a bad sector).
+A *failure* is a failed or timed-out probe, or an IO failure reported by the disk's users: a
+kind that ``IOErrorKind.quarantines_at_once`` (ENOSPC, EROFS, TIMEOUT, CORRUPT: the disk cannot
+take data now) quarantines at once, an EIO or other error after ``failures_to_quarantine`` in a
+row (a single EIO may be a bad sector). Which kinds count is decided in ``riffle_actors.io.local``.
 A probe is *healthy* when it wrote, synced and read back its file and the used ratio is below
 the high watermark (below the low watermark when the disk was quarantined for ENOSPC, so a
 full disk is not re-admitted only to fill up again). Only a HEALTHY disk takes new data
@@ -33,8 +34,6 @@ from dataclasses import dataclass
 from riffle_actors.io.local import IOErrorKind
 from riffle_actors.io.probe import ProbeResult
 
-_IMMEDIATE = {IOErrorKind.ENOSPC.value, IOErrorKind.EROFS.value, IOErrorKind.TIMEOUT.value,
-              IOErrorKind.CORRUPT.value}
 _CAPACITY = {IOErrorKind.ENOSPC.value, "OVERUSED"}
 
 
@@ -168,9 +167,6 @@ class DiskHealthBoard:
                 d.status = DiskStatus.PROBATION
         return None
 
-    def on_probe_lost(self, name: str) -> None:
-        """The probing machinery gave no verdict: nothing changes (the disk is not blamed)."""
-
     def on_io_failure(self, name: str, kind: str, op: str, detail: str, now: float) -> HealthTransition | None:
         d = self.disks[name]
         d.consecutive_failures += 1
@@ -179,7 +175,7 @@ class DiskHealthBoard:
             d.status = DiskStatus.QUARANTINED
             d.kind, d.op, d.detail = kind, op, detail
             return None
-        if kind in _IMMEDIATE or d.consecutive_failures >= self.policy.failures_to_quarantine:
+        if _quarantines_at_once(kind) or d.consecutive_failures >= self.policy.failures_to_quarantine:
             return self._quarantine(d, kind, op, detail, now)
         return None
 
@@ -214,3 +210,10 @@ class DiskHealthBoard:
             return None
         reason = d.describe(self.policy) if not d.placeable else readmit_reason
         return HealthTransition(d.name, d.placeable, status, previous, reason)
+
+
+def _quarantines_at_once(kind: str) -> bool:
+    try:
+        return IOErrorKind(kind).quarantines_at_once
+    except ValueError:  # not an IO error kind: counts like OTHER
+        return False

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from riffle_actors.runtime.clock import Clock
+from riffle_actors.runtime import Clock
 
 
 @dataclass(frozen=True, slots=True)

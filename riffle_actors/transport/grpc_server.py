@@ -10,7 +10,8 @@ before buffering it); replies may be up to 1 GiB (spec §1.1).
 Block payloads stay the ``bytes`` objects protobuf produced: one ``Block`` tuple per block,
 never a copy of the data.
 
-See also: ``riffle_actors.service`` (the use cases).
+See also: ``riffle_actors.service`` (the use cases), ``riffle_actors.transport.decode`` (wire
+fields into domain values).
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from loguru import logger
 
 from riffle_actors.errors import RiffleError, StatusCode, to_status
 from riffle_actors.metrics import Metrics
+from riffle_actors.protocol.blockid import BlockIdLayout
 from riffle_actors.protocol.proto import uniffle_pb2 as pb
 from riffle_actors.protocol.proto import uniffle_pb2_grpc as pb_grpc
 from riffle_actors.records import Block
 from riffle_actors.service import ShuffleService
+from riffle_actors.transport.decode import decode_layout, decode_task_filter
 from riffle_actors.transport.listen import bind_grpc
 
 MAX_SEND_MESSAGE_BYTES = 1 << 30  # replies are bounded by what the server holds and by the read cap
@@ -43,6 +46,10 @@ def grpc_options(max_receive_bytes: int) -> list[tuple[str, int]]:
     ]
 
 _LOCAL_ORDER = pb.DataDistribution.Value("LOCAL_ORDER")
+
+
+def _layout(layout: pb.BlockIdLayout) -> BlockIdLayout | None:
+    return decode_layout((layout.sequenceNoBits, layout.partitionIdBits, layout.taskAttemptIdBits))
 
 
 class ShuffleServerServicer(pb_grpc.ShuffleServerServicer):
@@ -126,19 +133,15 @@ class ShuffleServerServicer(pb_grpc.ShuffleServerServicer):
     # ------------------------------------------------------------- reads
     async def getShuffleResult(self, request, context):
         async def body():
-            layout = request.blockIdLayout
             bitmap = await self.service.get_shuffle_result(
-                request.appId, request.shuffleId, [request.partitionId],
-                (layout.sequenceNoBits, layout.partitionIdBits, layout.taskAttemptIdBits))
+                request.appId, request.shuffleId, [request.partitionId], _layout(request.blockIdLayout))
             return {"serializedBitmap": bitmap}
         return await self._call("getShuffleResult", pb.GetShuffleResultResponse, body, request.appId)
 
     async def getShuffleResultForMultiPart(self, request, context):
         async def body():
-            layout = request.blockIdLayout
             bitmap = await self.service.get_shuffle_result(
-                request.appId, request.shuffleId, list(request.partitions),
-                (layout.sequenceNoBits, layout.partitionIdBits, layout.taskAttemptIdBits))
+                request.appId, request.shuffleId, list(request.partitions), _layout(request.blockIdLayout))
             return {"serializedBitmap": bitmap}
         return await self._call("getShuffleResultForMultiPart", pb.GetShuffleResultForMultiPartResponse, body,
                                 request.appId)
@@ -149,7 +152,7 @@ class ShuffleServerServicer(pb_grpc.ShuffleServerServicer):
                 "serializedExpectedTaskIdsBitmap") else None
             blocks = await self.service.get_memory_data(
                 request.appId, request.shuffleId, request.partitionId, request.lastBlockId,
-                request.readBufferSize, bitmap)
+                request.readBufferSize, await decode_task_filter(bitmap))
             segments = []
             offset = 0
             for b in blocks:

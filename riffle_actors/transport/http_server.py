@@ -6,20 +6,17 @@
 - ``/apps``: JSON list of apps with their shuffles, partitions, memory and disk bytes.
 - ``/debug/actors``: mailbox statistics of every actor.
 
-It only formats what ``ShuffleServer`` reports; it owns no state.
+It decodes nothing and decides nothing: each handler calls one method of ``AdminService``
+(``riffle_actors.admin``) and encodes its typed answer as JSON or Prometheus text.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import orjson
 from aiohttp import web
 
+from riffle_actors.admin import AdminService
 from riffle_actors.transport.listen import start_tcp_site
-
-if TYPE_CHECKING:
-    from riffle_actors.server import ShuffleServer
 
 
 def _json(data, status: int = 200) -> web.Response:
@@ -27,22 +24,21 @@ def _json(data, status: int = 200) -> web.Response:
                         content_type="application/json")
 
 
-def build_app(server: ShuffleServer) -> web.Application:
+def build_app(admin: AdminService) -> web.Application:
     async def health(_request: web.Request) -> web.Response:
-        report = await server.health()
-        return _json(report, 200 if report["status"] == "HEALTHY" else 503)
+        report = await admin.health()
+        return _json(report.to_json(), 200 if report.healthy else 503)
 
     async def metrics(_request: web.Request) -> web.Response:
-        await server.refresh_snapshot()
-        return web.Response(body=server.metrics.render(), content_type="text/plain", charset="utf-8",
+        return web.Response(body=await admin.render_metrics(), content_type="text/plain", charset="utf-8",
                             headers={"X-Content-Type-Options": "nosniff"})
 
     async def apps(_request: web.Request) -> web.Response:
-        return _json(await server.apps())
+        return _json(await admin.apps())
 
     async def actors(_request: web.Request) -> web.Response:
         return _json([vars(st) if hasattr(st, "__dict__") else {
-            f: getattr(st, f) for f in st.__dataclass_fields__} for st in server.system.statistics()])
+            f: getattr(st, f) for f in st.__dataclass_fields__} for st in admin.actor_statistics()])
 
     app = web.Application()
     app.router.add_get("/health", health)
@@ -52,8 +48,8 @@ def build_app(server: ShuffleServer) -> web.Application:
     return app
 
 
-async def start_http_server(server: ShuffleServer, host: str, port: int) -> tuple[web.AppRunner, int]:
-    runner = web.AppRunner(build_app(server), access_log=None, handle_signals=False)
+async def start_http_server(admin: AdminService, host: str, port: int) -> tuple[web.AppRunner, int]:
+    runner = web.AppRunner(build_app(admin), access_log=None, handle_signals=False)
     await runner.setup()
     try:
         bound = await start_tcp_site(runner, what="HTTP", keys="http_port / http_bind_address", host=host, port=port)

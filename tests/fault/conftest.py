@@ -12,7 +12,7 @@
 - ``invariants``: the cleanup checks every fault test ends with (see ``Invariants``).
 
 Tests wait on conditions (``poll_until``), never on fixed sleeps; a probe round is run with
-``await srv.probe_disks()``, which returns when the round is done.
+``await srv.admin.probe_disks()``, which returns when the round is done.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from riffle_actors.runtime.clock import Clock
+from riffle_actors.runtime import Clock
 from riffle_actors.config import ServerConfig, validate_config
 from riffle_actors.io.faults import FaultyLocalIO
 from riffle_actors.server import ShuffleServer

@@ -10,8 +10,8 @@ import errno
 import pytest
 
 from riffle_actors.actors.app_manager import GetHistory
-from riffle_actors.runtime.timer import FireDue
-from riffle_actors.runtime.clock import ManualClock
+from riffle_actors.runtime import FireDue
+from riffle_actors.runtime import ManualClock
 from tests.fault.conftest import open_files_under
 from tests.fault.scenario import APP, Workload
 from tests.helpers import app_dirs, budget_figures, poll_until, wait_server_clean
@@ -126,7 +126,7 @@ async def test_a_huge_partition_gets_backpressure_while_others_keep_flowing(faul
     assert resp.status == NO_BUFFER_FOR_HUGE_PARTITION and "huge" in resp.retMsg and resp.requireBufferId == -1
     assert (await require([1])).status == 0  # other partitions keep flowing
     assert (await require([])).status == 0   # a pre-0.10 client names no partition: not held back
-    info = (await srv.apps())[0]
+    info = (await srv.admin.apps())[0]
     assert info["shuffles"][0]["huge_partitions"] == 1
 
     sender = client_factory(srv)  # backs off on status 10 and retries ...
@@ -157,16 +157,16 @@ async def test_memory_stuck_above_the_high_watermark_reports_unhealthy(fault_ser
         await w.write(per_partition=100)  # 6.4 MiB into 4 MiB: the client ends up with NO_BUFFER
     assert e.value.status == NO_BUFFER
     assert srv.budget.used > 0.8 * srv.budget.capacity
-    assert (await srv.health())["status"] == "UNHEALTHY"  # no healthy disk left, too
+    assert (await srv.admin.health()).to_json()["status"] == "UNHEALTHY"  # no healthy disk left, too
     await advance(srv, clock, 31)
-    health = await srv.health()
+    health = (await srv.admin.health()).to_json()
     assert any("memory above the spill high watermark for more than 30s" in r for r in health["reasons"])
 
     for io in srv.faulty.values():
         io.heal()
-    await srv.probe_disks()  # probation (1 probe here) re-admits both disks; the spills go through
+    await srv.admin.probe_disks()  # probation (1 probe here) re-admits both disks; the spills go through
     await poll_until(lambda: srv.budget.in_flight == 0 and srv.budget.used < 0.8 * srv.budget.capacity,
                      timeout=20)
-    assert (await srv.health())["status"] == "HEALTHY"
+    assert (await srv.admin.health()).to_json()["status"] == "HEALTHY"
     await w.read_back()
     await invariants.after_purge(srv, c, APP)

@@ -86,7 +86,7 @@ async def test_repeated_eio_on_spills_quarantines_the_disk_and_moves_its_spills(
     assert all(disks == (good,) for disks in (await disks_holding(srv, w)).values())
     await w.read_back()
 
-    health = await srv.health()
+    health = (await srv.admin.health()).to_json()
     report = disk_report(health, bad)
     assert not report["healthy"] and report["status"] == "QUARANTINED"
     assert "EIO on spill write" in report["reason"] and f"moved to {good}" in report["reason"]
@@ -94,11 +94,11 @@ async def test_repeated_eio_on_spills_quarantines_the_disk_and_moves_its_spills(
 
     # probation: the disk works again, two healthy probes re-admit it
     srv.faulty[bad].heal()
-    await srv.probe_disks()
+    await srv.admin.probe_disks()
     assert srv.disk_health[bad].status is DiskStatus.PROBATION
-    await srv.probe_disks()
+    await srv.admin.probe_disks()
     assert srv.disk_health[bad].status is DiskStatus.HEALTHY
-    assert disk_report(await srv.health(), bad)["healthy"]
+    assert disk_report((await srv.admin.health()).to_json(), bad)["healthy"]
     await invariants.after_purge(srv, w.client, APP)
 
 
@@ -122,14 +122,14 @@ async def test_a_full_tmpfs_gives_enospc_and_nothing_acknowledged_is_lost(fault_
     holding = await disks_holding(srv, w)
     assert all(holding[p] == (str(small), str(other)) for p in on_small)  # kept taking data elsewhere
     await w.read_back()
-    report = disk_report(await srv.health(), str(small))
+    report = disk_report((await srv.admin.health()).to_json(), str(small))
     assert "ENOSPC on spill write" in report["reason"]
 
-    await srv.probe_disks()  # still full: the quarantine holds (no probation below the low watermark)
+    await srv.admin.probe_disks()  # still full: the quarantine holds (no probation below the low watermark)
     assert srv.disk_health[str(small)].status is DiskStatus.QUARANTINED
     filler.unlink()
-    await srv.probe_disks()
-    await srv.probe_disks()
+    await srv.admin.probe_disks()
+    await srv.admin.probe_disks()
     assert srv.disk_health[str(small)].status is DiskStatus.HEALTHY
     await invariants.after_purge(srv, w.client, APP)
 
@@ -152,16 +152,16 @@ async def test_a_read_only_remount_gives_erofs_and_old_files_stay_readable(fault
     assert srv.disk_health[str(ro)].kind == "EROFS"
     await w.read_back()  # the read-only file system still serves what it holds, byte-exact
 
-    await srv.probe_disks()
-    health = await srv.health()
+    await srv.admin.probe_disks()
+    health = (await srv.admin.health()).to_json()
     assert health["status"] == "UNHEALTHY"
     assert any("fewer than min_number_of_available_disks=2" in r for r in health["reasons"])
     assert "EROFS on write probe" in disk_report(health, str(ro))["reason"]
 
     mounts.remount(ro, "rw")
-    await srv.probe_disks()
-    await srv.probe_disks()
-    assert (await srv.health())["status"] == "HEALTHY"
+    await srv.admin.probe_disks()
+    await srv.admin.probe_disks()
+    assert (await srv.admin.health()).to_json()["status"] == "HEALTHY"
     await invariants.after_purge(srv, w.client, APP)
 
 
@@ -179,7 +179,7 @@ async def test_a_hung_write_times_out_and_the_spill_moves_to_another_disk(fault_
     board = srv.disk_health[bad]
     assert board.status is DiskStatus.QUARANTINED and board.kind == "TIMEOUT"
     await w.read_back()
-    assert "TIMEOUT on spill write" in disk_report(await srv.health(), bad)["reason"]
+    assert "TIMEOUT on spill write" in disk_report((await srv.admin.health()).to_json(), bad)["reason"]
     srv.faulty[bad].heal()  # the stuck writes complete late, behind everything; the purge follows them
     await invariants.after_purge(srv, w.client, APP)
 
@@ -224,13 +224,13 @@ async def test_a_hung_probe_quarantines_its_disk_without_stalling_the_server(fau
     bad, good = srv.disk_names
     w = Workload(client_factory(srv), partitions=range(4))
     await w.register()
-    results = await srv.probe_disks()  # starts a probe worker process per disk and probes both disks
+    results = await srv.admin.probe_disks()  # starts a probe worker process per disk and probes both disks
     assert all(r is not None and r.ok for r in results.values())
 
     marker = os.path.join(bad, probes.HANG)
     Path(marker).touch()
     try:
-        round_task = asyncio.ensure_future(srv.probe_disks())
+        round_task = asyncio.ensure_future(srv.admin.probe_disks())
         await poll_until(lambda: os.path.exists(marker))
         for _ in range(5):
             await w.client.heartbeat(APP)
@@ -241,18 +241,18 @@ async def test_a_hung_probe_quarantines_its_disk_without_stalling_the_server(fau
         os.unlink(marker)
     assert results[bad] is not None and results[bad].kind == "TIMEOUT"
     assert results[good] is not None and results[good].ok
-    stats = await srv.probe_stats()
+    stats = await srv.admin.probe_stats()
     killed = stats.killed_pids[-1]
     assert await asyncio.get_running_loop().run_in_executor(None, process_gone, killed)
-    report = disk_report(await srv.health(), bad)
+    report = disk_report((await srv.admin.health()).to_json(), bad)
     assert "TIMEOUT on probe" in report["reason"] and f"probe process {killed} killed" in report["reason"]
 
     await w.write(per_partition=20)  # new data goes to the other disk
     await w.finish()
     assert all(d in ((), (good,)) for d in (await disks_holding(srv, w)).values())
 
-    await srv.probe_disks()
-    await srv.probe_disks()
+    await srv.admin.probe_disks()
+    await srv.admin.probe_disks()
     assert srv.disk_health[bad].status is DiskStatus.HEALTHY
     await w.read_back()
     await invariants.after_purge(srv, w.client, APP)
@@ -266,23 +266,23 @@ async def test_fewer_healthy_disks_than_the_minimum_reports_unhealthy_everywhere
     bad, _ = srv.disk_names
     marker = os.path.join(bad, probes.FAIL_EIO)
     Path(marker).touch()
-    await srv.probe_disks()
+    await srv.admin.probe_disks()
     async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{srv.http_port}/health") as resp:
         assert resp.status == 503
         body = await resp.json()
     assert body["status"] == "UNHEALTHY"
     assert any(f"{bad}: EIO on write probe" in r for r in body["reasons"]), body["reasons"]
-    await srv.refresh_snapshot()
-    assert srv.heartbeat_snapshot().is_healthy is False
-    assert [d.status for d in srv.heartbeat_snapshot().disks] == ["UNHEALTHY", "NORMAL"]
+    await srv.admin.refresh_snapshot()
+    assert srv.admin.heartbeat_snapshot().is_healthy is False
+    assert [d.status for d in srv.admin.heartbeat_snapshot().disks] == ["UNHEALTHY", "NORMAL"]
 
     os.unlink(marker)
-    await srv.probe_disks()
-    await srv.probe_disks()
+    await srv.admin.probe_disks()
+    await srv.admin.probe_disks()
     async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{srv.http_port}/health") as resp:
         assert resp.status == 200
-    await srv.refresh_snapshot()
-    assert srv.heartbeat_snapshot().is_healthy is True
+    await srv.admin.refresh_snapshot()
+    assert srv.admin.heartbeat_snapshot().is_healthy is True
     invariants.tree(srv)
 
 
@@ -297,8 +297,8 @@ async def test_a_crashed_disk_monitor_restarts_keeps_its_verdicts_and_leaks_no_p
     await w.write(per_partition=20)
     await w.finish()
     assert srv.disk_health[bad].kind == "EROFS"
-    await srv.probe_disks()  # the probe fleet is up: one worker process per disk
-    workers = (await srv.probe_stats()).worker_pids
+    await srv.admin.probe_disks()  # the probe fleet is up: one worker process per disk
+    workers = (await srv.admin.probe_stats()).worker_pids
     assert len(workers) == 2
 
     srv.disk_monitor.crash(RuntimeError("bug in the disk monitor"))
@@ -307,14 +307,14 @@ async def test_a_crashed_disk_monitor_restarts_keeps_its_verdicts_and_leaks_no_p
     for pid in workers.values():  # the crashed incarnation shut its probe processes down
         assert await asyncio.get_running_loop().run_in_executor(None, process_gone, pid)
     assert not srv.disk_health[bad].placeable  # the verdict lives on the board, not in the actor
-    assert (await srv.probe_stats()).worker_pids == {}
+    assert (await srv.admin.probe_stats()).worker_pids == {}
 
     await w.write(per_partition=20)  # still routed around the bad disk
     await w.finish()
     assert all(d in ((), (good,)) for d in (await disks_holding(srv, w)).values())
     srv.faulty[bad].heal()
-    await srv.probe_disks()  # a new fleet, started by the new incarnation
-    await srv.probe_disks()
+    await srv.admin.probe_disks()  # a new fleet, started by the new incarnation
+    await srv.admin.probe_disks()
     assert srv.disk_health[bad].placeable
     await w.read_back()
     await invariants.after_purge(srv, w.client, APP)

@@ -66,7 +66,7 @@ async def test_a_real_client_loses_no_acknowledged_block_when_a_data_path_fails(
         await poll_until(lambda: board.probes_total >= 1, timeout=30)
         assert not board.placeable, board
 
-        health = await srv.health()
+        health = (await srv.admin.health()).to_json()
         report = next(d for d in health["disks"] if d["name"] == str(small))
         assert not report["healthy"] and report["status"] in ("QUARANTINED", "OVERUSED")
         assert any(k in report["reason"] for k in kind), report

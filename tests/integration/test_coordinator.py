@@ -26,11 +26,12 @@ from riffle_actors.actors.heartbeat import (
     HeartbeatSnapshot,
     SendHeartbeatNow,
 )
-from riffle_actors.runtime.clock import ManualClock
+from riffle_actors.runtime import ManualClock
 from riffle_actors.coordinator.config import CoordinatorConfig
 from riffle_actors.coordinator.runtime import Coordinator
 from riffle_actors.protocol.proto import uniffle_pb2 as pb
 from riffle_actors.protocol.proto import uniffle_pb2_grpc as pb_grpc
+from riffle_actors.transport.coordinator_client import GrpcCoordinatorLink
 from tests.helpers import poll_until
 from tests.helpers.upstream_proto import load_upstream_proto
 
@@ -364,7 +365,8 @@ async def test_heartbeat_actor_registers_the_server_and_tolerates_a_dead_coordin
     )
     system = ActorSystem(clock=clock)
     try:
-        ref = await system.spawn(HeartbeatActor([dead, live], 10.0, lambda: snapshot, clock=clock))
+        ref = await system.spawn(HeartbeatActor([dead, live], 10.0, lambda: snapshot, clock=clock,
+                                                 connect=GrpcCoordinatorLink))
         # The first heartbeat goes out at start, without waiting for the interval.
         servers = await poll_until(lambda: _servers_if_any(http))
         [s] = servers

@@ -29,7 +29,7 @@ import grpc
 import pytest
 from loguru import logger
 
-from riffle_actors.runtime.clock import ManualClock
+from riffle_actors.runtime import ManualClock
 from riffle_actors.coordinator.config import CoordinatorConfig
 from riffle_actors.coordinator.runtime import Coordinator
 from riffle_actors.protocol.proto import uniffle_pb2 as pb

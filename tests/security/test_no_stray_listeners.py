@@ -81,9 +81,9 @@ def gone(pid: int) -> bool:
 async def test_after_a_probe_round_the_server_listens_only_on_its_grpc_and_http_ports(server_factory):
     baseline = tcp_listeners(process_tree())  # whatever the test process held before the server
     srv = await server_factory()
-    results = await srv.probe_disks()
+    results = await srv.admin.probe_disks()
     assert len(results) == 2 and all(r is not None and r.ok for r in results.values()), results
-    workers = (await srv.probe_stats()).worker_pids
+    workers = (await srv.admin.probe_stats()).worker_pids
     assert len(workers) == 2
 
     tree = process_tree()
@@ -101,12 +101,12 @@ async def test_after_a_probe_round_the_server_listens_only_on_its_grpc_and_http_
     killed = next(iter(workers.values()))
     psutil.Process(killed).kill()
     await poll_until(lambda: gone(killed))  # else the round could see it die and give no verdict
-    results = await srv.probe_disks()
+    results = await srv.admin.probe_disks()
     assert all(r is not None and r.ok for r in results.values()), results
     tree = process_tree()
     new = tcp_listeners(tree) - baseline
     assert {port for _, _, port in new} == {srv.grpc_port, srv.http_port}, f"listening: {sorted(new)}"
-    for pid in (await srv.probe_stats()).worker_pids.values():
+    for pid in (await srv.admin.probe_stats()).worker_pids.values():
         assert socket_fds(pid) == []
 
 

@@ -154,7 +154,7 @@ path = "{tmp_path / 'server.log'}"
 
 async def test_an_oversized_task_bitmap_is_refused_and_a_large_one_still_filters(server_factory):
     from riffle_actors.protocol.bitmap import serialize_block_ids
-    from riffle_actors.service import INLINE_TASK_BITMAP_BYTES, MAX_TASK_BITMAP_BYTES
+    from riffle_actors.transport.decode import INLINE_TASK_BITMAP_BYTES, MAX_TASK_BITMAP_BYTES
 
     srv: ShuffleServer = await server_factory()
     client = UniffleClient(f"127.0.0.1:{srv.grpc_port}")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from riffle_actors.runtime.clock import ManualClock
+from riffle_actors.runtime import ManualClock
 from riffle_actors.coordinator.apps import AppRegistry
 from riffle_actors.coordinator.assignment import AssignmentError, AssignmentRequest
 from riffle_actors.coordinator.cluster import (

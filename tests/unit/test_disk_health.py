@@ -1,4 +1,5 @@
-"""DiskHealthBoard: quarantine, OVERUSED watermarks and probation, without an event loop."""
+"""DiskHealthBoard: quarantine, OVERUSED watermarks and probation, without an event loop (and a lost
+probe round through the DiskMonitor, on a manual clock)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,11 @@ import errno
 
 import pytest
 
+from riffle_actors.actors.disk_monitor import DiskMonitorActor
+from riffle_actors.actors.storage_messages import RunProbeRound
 from riffle_actors.io.local import IOErrorKind, classify
-from riffle_actors.io.probe import ProbeResult
+from riffle_actors.io.probe import ProbeResult, probe_disk
+from riffle_actors.runtime import ActorSystem, ManualClock
 from riffle_actors.state.disk_health import DiskHealthBoard, DiskStatus, HealthPolicy
 
 GIB = 1 << 30
@@ -97,6 +101,42 @@ def test_fatal_kinds_quarantine_on_first_failure(board, kind):
     assert change is not None and not change.healthy
 
 
-def test_a_lost_probe_changes_nothing(board):
-    board.on_probe_lost("0:a")
-    assert board.placeable_disks() == ["0:a", "1:b"]
+class _NoVerdictFleet:
+    """A ``ProbeFleet`` stand-in whose rounds give no verdict (the probing machinery itself failed)."""
+
+    running = True
+    starts = 0
+    killed_pids = ()
+    stop_requested = None
+
+    def probe(self, targets, timeout_s):
+        return {t.disk: None for t in targets}
+
+    def worker_pids(self):
+        return {}
+
+    def shutdown(self):
+        self.running = False
+
+
+async def test_a_lost_probe_changes_nothing(board):
+    system = ActorSystem(clock=ManualClock())
+    await system.start()
+    try:
+        monitor = await system.spawn(DiskMonitorActor(board=board, probe_timeout_s=1.0, interval_s=1.0,
+                                                      probe_fn=probe_disk, fleet_factory=_NoVerdictFleet))
+        assert await monitor.ask(RunProbeRound()) == {"0:a": None, "1:b": None}
+        assert board.placeable_disks() == ["0:a", "1:b"]
+        assert board["0:a"].probes_total == 0 and board["1:b"].probes_total == 0
+    finally:
+        await system.stop_all()
+
+
+def test_which_kinds_count_is_decided_in_one_place(board):
+    """The board quarantines at once exactly the kinds ``IOErrorKind`` says; only kinds that blame
+    the disk are reported to it at all."""
+    for kind in IOErrorKind:
+        fresh = DiskHealthBoard([("d", "/d")], board.policy)
+        change = fresh.on_io_failure("d", kind, "spill write", "", 0.0)
+        assert (change is not None) is kind.quarantines_at_once, kind
+    assert {k for k in IOErrorKind if k.blames_disk} == {"ENOSPC", "EIO", "EROFS", "TIMEOUT", "CORRUPT"}

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from riffle_actors.runtime.clock import ManualClock
+from riffle_actors.runtime import ManualClock
 from riffle_actors.coordinator.cluster import ClusterRegistry, HeartbeatRefused, ServerHeartbeat
-from riffle_actors.coordinator.service import decode_heartbeat
+from riffle_actors.transport.coordinator_grpc import decode_heartbeat
 from riffle_actors.coordinator.validation import (
     InvalidHeartbeat,
     RepeatFilter,

@@ -14,10 +14,13 @@ Routes:
 ``/api/health`` also shows the admission counters: ``max_servers``, ``server_id_conflicts`` (each
 conflict counted once) and ``heartbeats_refused`` (refused heartbeats by kind).
 
-Every route that changes state is wrapped in ``AdminAuth.guard`` (``transport.admin_auth``): 403
+Every route that changes state is wrapped in ``admin_auth.guard`` (``transport.admin_auth``): 403
 and the reason while no admin credential is configured, 401 for a missing or wrong one. The
-read-only routes stay open. Times are epoch milliseconds (``*_ms``), sizes bytes. It does not
-cover: the state rules or the gRPC API (``service.py``).
+read-only routes stay open. Times are epoch milliseconds (``*_ms``), sizes bytes.
+
+An adapter like the gRPC one: each route calls ``CoordinatorService`` (``coordinator.service``)
+and encodes its typed answer. It does not cover: the decisions (the service) or the gRPC API
+(``transport.coordinator_grpc``).
 """
 
 from __future__ import annotations
@@ -29,11 +32,13 @@ import orjson
 from aiohttp import web
 
 from riffle_actors import __version__
-from riffle_actors.runtime import ActorRef
-from riffle_actors.coordinator import actors as msgs
+from riffle_actors.coordinator.actors import UnknownServerError
 from riffle_actors.coordinator.apps import AppView
 from riffle_actors.coordinator.cluster import ServerStatus, ServerView
-from riffle_actors.transport.admin_auth import AdminAuth
+from riffle_actors.coordinator.service import CoordinatorService
+from riffle_actors.credentials import AdminCredentials
+from riffle_actors.errors import InvalidRequestError
+from riffle_actors.transport.admin_auth import guard
 
 
 def server_to_dict(v: ServerView) -> dict[str, Any]:
@@ -105,25 +110,22 @@ def _error(status: int, message: str) -> web.Response:
 
 def build_app(
     *,
-    cluster_ref: ActorRef,
-    apps_ref: ActorRef,
+    service: CoordinatorService,
     rpc_calls: Callable[[], dict[str, int]],
     uptime_s: Callable[[], float],
-    auth: AdminAuth,
-    heartbeats_refused: Callable[[], dict[str, int]] = dict,
+    auth: AdminCredentials,
 ) -> web.Application:
     """The aiohttp application; the caller runs it (``runtime.Coordinator``)."""
 
     async def servers(_: web.Request) -> web.Response:
-        views = await cluster_ref.ask(msgs.ListServers())
-        return _json([server_to_dict(v) for v in views])
+        return _json([server_to_dict(v) for v in await service.list_servers()])
 
     async def server(request: web.Request) -> web.Response:
         sid = request.match_info["id"]
-        for v in await cluster_ref.ask(msgs.ListServers()):
-            if v.node.id == sid:
-                return _json(server_to_dict(v))
-        return _error(404, f"unknown server {sid!r}")
+        view = await service.server(sid)
+        if view is None:
+            return _error(404, f"unknown server {sid!r}")
+        return _json(server_to_dict(view))
 
     async def set_status(request: web.Request) -> web.Response:
         sid = request.match_info["id"]
@@ -132,24 +134,24 @@ def build_app(
             status = ServerStatus[body["status"]]
         except (orjson.JSONDecodeError, KeyError, TypeError):
             return _error(400, 'body must be {"status": "DECOMMISSIONING"} or {"status": "ACTIVE"}')
-        if status not in (ServerStatus.ACTIVE, ServerStatus.DECOMMISSIONING):
-            return _error(400, f"status must be ACTIVE or DECOMMISSIONING, not {status.name}")
         try:
-            view = await cluster_ref.ask(msgs.SetServerStatus(server_id=sid, status=status))
-        except msgs.UnknownServerError as e:
+            view = await service.set_server_status(sid, status)
+        except InvalidRequestError as e:
+            return _error(400, str(e))
+        except UnknownServerError as e:
             return _error(404, str(e))
         return _json(server_to_dict(view))
 
     async def apps(_: web.Request) -> web.Response:
-        return _json([app_to_dict(a) for a in await apps_ref.ask(msgs.ListApps())])
+        return _json([app_to_dict(a) for a in await service.list_apps()])
 
     async def historical_apps(_: web.Request) -> web.Response:
-        return _json([app_to_dict(a) for a in await apps_ref.ask(msgs.ListApps(historical=True))])
+        return _json([app_to_dict(a) for a in await service.list_apps(historical=True)])
 
     async def health(_: web.Request) -> web.Response:
-        views = await cluster_ref.ask(msgs.ListServers())
-        live = await apps_ref.ask(msgs.ListApps())
-        registry = await cluster_ref.ask(msgs.RegistryStats())
+        views = await service.list_servers()
+        live = await service.list_apps()
+        registry = await service.registry_stats()
         return _json(
             {
                 "status": "ok",
@@ -161,14 +163,14 @@ def build_app(
                 "rpc_calls": dict(sorted(rpc_calls().items())),
                 "max_servers": registry["max_servers"],
                 "server_id_conflicts": registry["id_conflicts_total"],
-                "heartbeats_refused": dict(sorted(heartbeats_refused().items())),
+                "heartbeats_refused": dict(sorted(service.heartbeats_refused.items())),
             }
         )
 
     app = web.Application()
     app.router.add_get("/api/servers", servers)
     app.router.add_get("/api/servers/{id}", server)
-    app.router.add_post("/api/servers/{id}/status", auth.guard(set_status))  # the only state-changing route
+    app.router.add_post("/api/servers/{id}/status", guard(auth, set_status))  # the only state-changing route
     app.router.add_get("/api/apps", apps)
     app.router.add_get("/api/historical_apps", historical_apps)
     app.router.add_get("/api/health", health)

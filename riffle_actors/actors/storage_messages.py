@@ -1,0 +1,158 @@
+"""Messages, replies and errors of the storage domain: Disk actors, the DiskMonitor, disk-health news.
+
+This module owns the contract between the actors that use local disks and the actors that own
+them, so that no storage actor imports another one for its messages (before, ``disk`` imported
+``disk_monitor``, which imported ``spill``, which imported ``disk``: an import cycle).
+
+- To a ``DiskActor`` (``riffle_actors.actors.disk``): ``WriteBatch`` (replies ``WriteResult``),
+  ``ReadIndex``, ``ReadData``, ``PurgeFiles``, ``UnfenceApp``, ``GetDiskInfo`` (replies ``DiskInfo``).
+  Failures: ``DiskIOError`` (classified by ``IOErrorKind``), ``AppPurgedError``.
+- To the ``DiskMonitorActor`` (``riffle_actors.actors.disk_monitor``): ``RunProbeRound``,
+  ``DiskIOFailed``, ``DiskIOSucceeded``, ``GetProbeStats`` (replies ``ProbeStats``).
+- From the DiskMonitor to its subscribers (the SpillDispatcher): ``DiskHealthChanged``.
+
+Every message is a frozen, slotted dataclass. It does not cover: the spill jobs of one partition
+(``riffle_actors.actors.spill``: ``SpillJob``, ``SpillCompleted``), which belong to the app domain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from riffle_actors.errors import RiffleError, StatusCode
+from riffle_actors.io.local import IOErrorKind, classify
+from riffle_actors.records import Block
+
+
+# ---------------------------------------------------------------------------- errors
+class DiskIOError(RiffleError):
+    """An IO failure on a disk; ``kind`` is an ``IOErrorKind`` (ENOSPC / EIO / EROFS / TIMEOUT / OTHER)."""
+
+    status = StatusCode.INTERNAL_ERROR
+
+    def __init__(self, disk: str, op: str, exc: BaseException):
+        self.disk = disk
+        self.op = op
+        self.kind: IOErrorKind = classify(exc)
+        self.detail = str(exc) or type(exc).__name__
+        super().__init__(f"disk {disk}: {op} failed ({self.kind.value}): {self.detail}")
+
+
+class AppPurgedError(RiffleError):
+    """A write for an app or shuffle this disk already purged; the data is not wanted any more."""
+
+
+# ---------------------------------------------------------------------------- Disk actor
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WriteBatch:
+    app_id: str
+    shuffle_id: int
+    partition_id: int
+    blocks: tuple[Block, ...]
+    epoch: int = 0  # incarnation of the shuffle; see PurgeFiles
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult:
+    disk: str
+    offset: int
+    data_file_len: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReadIndex:
+    app_id: str
+    shuffle_id: int
+    partition_id: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReadData:
+    app_id: str
+    shuffle_id: int
+    partition_id: int
+    offset: int
+    length: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PurgeFiles:
+    """Delete an app's (or one shuffle's) files and fence them against late writes.
+
+    A shuffle fence covers the incarnations up to ``epoch``: a shuffle id registered again later
+    writes with a higher epoch and is not fenced.
+    """
+
+    app_id: str
+    shuffle_id: int | None = None
+    epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class UnfenceApp:
+    """The app id was registered again after a purge: its new data must be written, not dropped."""
+
+    app_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class GetDiskInfo:
+    """Counters (and, with ``with_usage``, the file system's capacity via statvfs on the reader pool)."""
+
+    with_usage: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class DiskInfo:
+    name: str
+    root: str
+    capacity: int
+    used: int
+    written_bytes: int
+    write_failures: int
+
+
+# ---------------------------------------------------------------------------- DiskMonitor actor
+@dataclass(frozen=True, slots=True)
+class RunProbeRound:
+    """Probe every disk now; the ask answers ``{disk: ProbeResult | None}`` (None = no verdict)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DiskIOFailed:
+    """A real operation failed on a disk with a kind that says something about the disk
+    (``IOErrorKind.blames_disk``)."""
+
+    disk: str
+    kind: IOErrorKind
+    op: str    # "spill write", "read index", ...
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DiskIOSucceeded:
+    disk: str
+
+
+@dataclass(frozen=True, slots=True)
+class GetProbeStats:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeStats:
+    rounds: int
+    fleet_running: bool  # probe worker processes exist
+    fleet_starts: int  # probe worker processes started by this incarnation (first ones and replacements)
+    worker_pids: dict[str, int]
+    killed_pids: tuple[int, ...]
+
+
+# ---------------------------------------------------------------------------- news
+@dataclass(frozen=True, slots=True)
+class DiskHealthChanged:
+    """A disk's verdict changed (told by the DiskMonitor to its subscribers)."""
+
+    disk: str
+    healthy: bool
+    reason: str

@@ -1,0 +1,227 @@
+"""The gRPC adapter of ``rss.common.CoordinatorServer`` (spec §1.3, §7.4): decode, call the service, encode.
+
+Thin on purpose, like the shuffle server's servicer: each handler decodes its request into typed
+values, calls one method of ``CoordinatorService`` (``riffle_actors.coordinator.service``) and
+encodes the answer; a ``RiffleError`` becomes the response's ``(status, retMsg)`` through
+``errors.to_status`` (the one mapping), an unexpected exception INTERNAL_ERROR (logged). Answers:
+
+| RPC | answer |
+|---|---|
+| heartbeat | SUCCESS, the server is (re-)registered; INVALID_REQUEST + why if malformed; ACCESS_DENIED + why if refused |
+| getShuffleAssignments | SUCCESS + a range per partition with ``dataReplica`` servers, or INTERNAL_ERROR + why |
+| registerApplicationInfo / appHeartbeat | SUCCESS; the app is recorded / kept alive |
+| fetchClientConf / fetchClientConfV2 | SUCCESS + the ``[client_conf]`` items (0.10 drivers fail to start without V2) |
+| fetchRemoteStorage | SUCCESS + ``[remote_storage]`` (empty path unless configured) |
+| accessCluster | SUCCESS + a fresh uuid |
+| checkServiceAvailable | SUCCESS, available = some server can take partitions |
+| getShuffleServerList / getShuffleServerNum | every registered server / their number |
+| reportClientOperation | SUCCESS (logged) |
+| getShuffleDataStorageInfo | gRPC UNIMPLEMENTED (no client calls it) |
+
+Every call is counted in ``rpc_calls`` (shown by ``/api/health``). A heartbeat is validated here
+(``validation.heartbeat_problems``) before it is decoded: a malformed one reaches the service as
+a ``MalformedHeartbeat``, which refuses it.
+
+It does not cover: the decisions (``CoordinatorService``) or the HTTP API (``coordinator_http``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+from loguru import logger
+
+from riffle_actors.coordinator.assignment import AssignmentRequest
+from riffle_actors.coordinator.cluster import DiskInfo, ServerHeartbeat, ServerStatus
+from riffle_actors.coordinator.service import CoordinatorService
+from riffle_actors.coordinator.validation import MalformedHeartbeat, heartbeat_problems, parse_ip, peer_host
+from riffle_actors.errors import RiffleError, StatusCode, to_status
+from riffle_actors.protocol.proto import uniffle_pb2 as pb
+from riffle_actors.protocol.proto import uniffle_pb2_grpc as pb_grpc
+
+
+def _enum_name(enum: Any, value: int, default: str) -> str:
+    try:
+        return str(enum.Name(value))
+    except ValueError:  # a value a newer peer knows and we do not
+        return default
+
+
+def decode_heartbeat(req: pb.ShuffleServerHeartBeatRequest) -> ServerHeartbeat:
+    """``ShuffleServerHeartBeatRequest`` → ``ServerHeartbeat`` (spec §1.7); validate it first.
+
+    The IP is stored in its canonical form; a netty/jetty port of 0 or -1 ("none") becomes 0.
+    """
+    sid = req.serverId
+    status = ServerStatus.ACTIVE
+    if req.HasField("status"):
+        try:
+            status = ServerStatus(req.status)
+        except ValueError:
+            status = ServerStatus.UNHEALTHY  # a status we do not know: do not place data there
+    disks = tuple(
+        DiskInfo(
+            mount_point=info.mountPoint or mount,
+            media=_enum_name(pb.StorageInfo.StorageMedia, info.storageMedia, "STORAGE_TYPE_UNKNOWN"),
+            capacity_bytes=info.capacity,
+            used_bytes=info.usedBytes,
+            status=_enum_name(pb.StorageInfo.StorageStatus, info.status, "STORAGE_STATUS_UNKNOWN"),
+        )
+        for mount, info in sorted(req.storageInfo.items())
+    )
+    addr = parse_ip(sid.ip)
+    ip = str(addr) if addr is not None else sid.ip
+    return ServerHeartbeat(
+        id=sid.id or f"{ip}-{sid.port}",
+        ip=ip,
+        grpc_port=sid.port,
+        netty_port=max(sid.netty_port, 0),
+        http_port=max(sid.jetty_port, 0),
+        tags=frozenset(req.tags),
+        used_memory=req.usedMemory,
+        pre_allocated_memory=req.preAllocatedMemory,
+        available_memory=req.availableMemory,
+        event_num_in_flush=req.eventNumInFlush,
+        status=status,
+        is_healthy=req.isHealthy.value if req.HasField("isHealthy") else None,
+        disks=disks,
+        version=req.version,
+        git_commit_id=req.gitCommitId,
+        start_time_ms=req.startTimeMs,
+        app_ids=tuple(a.appId for a in req.applicationInfo),
+    )
+
+
+def decode_heartbeat_request(req: pb.ShuffleServerHeartBeatRequest) -> ServerHeartbeat | MalformedHeartbeat:
+    """The typed heartbeat, or what is wrong with it (``validation.heartbeat_problems``)."""
+    problems = heartbeat_problems(req)
+    if problems:
+        return MalformedHeartbeat(server_id=req.serverId.id, problems=tuple(problems))
+    return decode_heartbeat(req)
+
+
+def encode_server_id(hb: ServerHeartbeat) -> pb.ShuffleServerId:
+    """A ``ShuffleServerId`` exactly as the server heartbeated it (clients connect to ip:port)."""
+    return pb.ShuffleServerId(id=hb.id, ip=hb.ip, port=hb.grpc_port, netty_port=hb.netty_port,
+                              jetty_port=hb.http_port)
+
+
+class CoordinatorServicer(pb_grpc.CoordinatorServerServicer):
+    """See the module docstring."""
+
+    def __init__(self, service: CoordinatorService):
+        self.service = service
+        self.rpc_calls: Counter[str] = Counter()
+        self._client_conf = [pb.ClientConfItem(key=k, value=v) for k, v in service.client_conf]
+        self._remote_storage = pb.RemoteStorage(
+            path=service.remote_storage_path,
+            remoteStorageConf=[pb.RemoteStorageConfItem(key=k, value=v)
+                               for k, v in service.remote_storage_conf],
+        )
+
+    async def _call(self, rpc: str, make: Callable[..., Any],
+                    body: Callable[[], Awaitable[dict[str, Any]]]) -> Any:
+        """Run ``body`` and build ``make(status=..., retMsg=..., **fields)``; the one error mapping."""
+        self.rpc_calls[rpc] += 1
+        try:
+            fields = await body()
+            status, msg = StatusCode.SUCCESS, ""
+        except RiffleError as e:
+            status, msg = to_status(e)
+            fields = {}
+        except Exception as e:  # noqa: BLE001 - a bad request must never kill the coordinator
+            status, msg = to_status(e)
+            fields = {}
+            logger.exception("{} failed", rpc)
+        return make(status=int(status), retMsg=msg, **fields)
+
+    # ---------------------------------------------------------------- shuffle servers
+
+    async def heartbeat(self, request: pb.ShuffleServerHeartBeatRequest, context: Any) -> Any:
+        async def body() -> dict[str, Any]:
+            peer = peer_host(context.peer()) if context is not None else None
+            await self.service.server_heartbeat(decode_heartbeat_request(request), peer)
+            return {}
+        return await self._call("heartbeat", pb.ShuffleServerHeartBeatResponse, body)
+
+    async def getShuffleServerList(self, request: Any, context: Any) -> Any:
+        self.rpc_calls["getShuffleServerList"] += 1
+        views = await self.service.list_servers()
+        return pb.GetShuffleServerListResponse(servers=[encode_server_id(v.node) for v in views])
+
+    async def getShuffleServerNum(self, request: Any, context: Any) -> Any:
+        self.rpc_calls["getShuffleServerNum"] += 1
+        return pb.GetShuffleServerNumResponse(num=len(await self.service.list_servers()))
+
+    async def checkServiceAvailable(self, request: Any, context: Any) -> Any:
+        async def body() -> dict[str, Any]:
+            return {"available": await self.service.service_available()}
+
+        def make(status: int, retMsg: str, **fields: Any) -> Any:  # the response has no retMsg
+            return pb.CheckServiceAvailableResponse(status=status, **fields)
+        return await self._call("checkServiceAvailable", make, body)
+
+    # ---------------------------------------------------------------- drivers
+
+    async def getShuffleAssignments(self, request: pb.GetShuffleServerRequest, context: Any) -> Any:
+        async def body() -> dict[str, Any]:
+            assignment, servers = await self.service.assign_shuffle(
+                request.applicationId, request.shuffleId,
+                AssignmentRequest(
+                    partition_num=request.partitionNum,
+                    partitions_per_range=request.partitionNumPerRange or 1,
+                    replica=request.dataReplica or 1,  # proto3 default 0 = not set
+                    server_number=request.assignmentShuffleServerNumber,
+                ),
+                require_tags=tuple(request.requireTags), faulty_ids=tuple(request.faultyServerIds))
+            ids = {sid: encode_server_id(hb) for sid, hb in servers.items()}
+            return {"assignments": [
+                pb.PartitionRangeAssignment(startPartition=r.start, endPartition=r.end,
+                                            server=[ids[s] for s in r.server_ids])
+                for r in assignment.ranges]}
+        return await self._call("getShuffleAssignments", pb.GetShuffleAssignmentsResponse, body)
+
+    async def registerApplicationInfo(self, request: pb.ApplicationInfoRequest, context: Any) -> Any:
+        async def body() -> dict[str, Any]:
+            await self.service.register_app(request.appId, user=request.user, version=request.version,
+                                            git_commit_id=request.gitCommitId)
+            return {}
+        return await self._call("registerApplicationInfo", pb.ApplicationInfoResponse, body)
+
+    async def appHeartbeat(self, request: pb.AppHeartBeatRequest, context: Any) -> Any:
+        async def body() -> dict[str, Any]:
+            await self.service.app_heartbeat(request.appId)
+            return {}
+        return await self._call("appHeartbeat", pb.AppHeartBeatResponse, body)
+
+    async def fetchClientConf(self, request: Any, context: Any) -> Any:
+        self.rpc_calls["fetchClientConf"] += 1
+        return pb.FetchClientConfResponse(status=pb.SUCCESS, retMsg="", clientConf=self._client_conf)
+
+    async def fetchClientConfV2(self, request: pb.FetchClientConfRequest, context: Any) -> Any:
+        # MUST exist: a 0.10 driver cannot start when this RPC fails (spec §7.4).
+        self.rpc_calls["fetchClientConfV2"] += 1
+        return pb.FetchClientConfResponse(status=pb.SUCCESS, retMsg="", clientConf=self._client_conf)
+
+    async def fetchRemoteStorage(self, request: pb.FetchRemoteStorageRequest, context: Any) -> Any:
+        self.rpc_calls["fetchRemoteStorage"] += 1
+        return pb.FetchRemoteStorageResponse(status=pb.SUCCESS, remoteStorage=self._remote_storage)
+
+    async def accessCluster(self, request: pb.AccessClusterRequest, context: Any) -> Any:
+        async def body() -> dict[str, Any]:
+            return {"uuid": self.service.access_cluster()}
+        return await self._call("accessCluster", pb.AccessClusterResponse, body)
+
+    async def reportClientOperation(self, request: pb.ReportShuffleClientOpRequest, context: Any) -> Any:
+        async def body() -> dict[str, Any]:
+            self.service.client_operation(request.clientHost, request.clientPort, request.operation,
+                                          request.server.id)
+            return {}
+        return await self._call("reportClientOperation", pb.ReportShuffleClientOpResponse, body)
+
+    async def getShuffleDataStorageInfo(self, request: Any, context: Any) -> Any:
+        self.rpc_calls["getShuffleDataStorageInfo"] += 1
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "getShuffleDataStorageInfo is not supported")
