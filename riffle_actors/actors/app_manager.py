@@ -11,9 +11,26 @@ its files on every disk (the Disk actors fence the app so late spills are droppe
 records the app in a bounded history. Purges never block the event loop: file deletion
 runs on the disks' threads.
 
-Watermark spill rounds: the MemoryManager asks for ``target_bytes``; this actor collects
-every app's staging sizes, spills the largest buffers until the target is reached, and
-reports how much it scheduled.
+Its mailbox never waits on an app. Everything that needs answers from AppActors is a
+*fan-out*: the question goes to every app at once, each app gets ``APP_ASK_TIMEOUT_S`` on the
+injected clock, and the round goes on with whatever came back; the message is replied later
+(or the round runs as a task), so a ``GetOrCreateApp`` for a new app is answered while a
+sweep waits on a stuck app. The conclusions come from ``riffle_actors.state.app_sweep``:
+
+- **Expiry sweep** (``CheckExpiredApps``, from the timer): apps that say they expired, or whose
+  actor is gone, are purged; one that leaves ``EXPIRY_MISSES_TO_PURGE`` checks in a row
+  unanswered is purged too (a slow answer is not a verdict, a stuck actor must not hold data).
+- **Watermark spill round** (``SpillLargest``, from the MemoryManager): collect every app's
+  staging sizes, spill the largest buffers until ``target_bytes``, answer ``SpillRoundDone``
+  with what was scheduled.
+- **Listing** (``ListApps``) and **flush** (``FlushAllApps``, at shutdown; not bounded per app,
+  the caller bounds it as a whole).
+
+Sweeps and spill rounds run one at a time each; a request during a round coalesces into one
+more round after it. Registrations and purges of one app id run in order (a purge's tells
+reach the disks before a re-registration lifts their fences); a purge decided by a sweep or by
+death watch applies only while the directory still holds the very actor it judged, so each
+AppActor is purged exactly once.
 
 See also: ``riffle_actors.actors.app`` (one app), ``riffle_actors.actors.memory``.
 """
@@ -23,19 +40,23 @@ from __future__ import annotations
 import asyncio
 import re
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import Any, TypeVar
 
 from loguru import logger
 
 from riffle_actors.runtime import Actor, ActorDeadError, ActorRef, ChildSpec, RestartPolicy, Terminated
 from riffle_actors.actors.app import AppActor, GetAppInfo, GetSpillCandidates, IsExpired, PurgeShuffle, \
     SpillAll, SpillPartitions
-from riffle_actors.actors.disk import PurgeFiles, UnfenceApp
+from riffle_actors.actors.storage_messages import PurgeFiles, UnfenceApp
 from riffle_actors.actors.memory import PurgeAppMemory, SpillLargest, SpillRoundDone
-from riffle_actors.runtime.clock import Clock
+from riffle_actors.runtime import Clock
 from riffle_actors.errors import InvalidRequestError, RiffleError
+from riffle_actors.state.app_sweep import Answer, ExpiryBook, RoundGate, SpillCandidate, pick_spill
+
+T = TypeVar("T")
 
 _APP_ID_RE = re.compile(r"^[A-Za-z0-9._@:+=,-]{1,255}$")
 _FENCE_EVERY_EPOCH = 1 << 62
@@ -92,134 +113,248 @@ AppManagerMsg = (GetOrCreateApp | PurgeApp | PurgeAppShuffle | CheckExpiredApps 
                  | FlushAllApps | SpillLargest | Terminated)
 
 
+APP_ASK_TIMEOUT_S = 10.0
+"""How long, on the manager's clock, a fan-out (expiry check, spill candidates and orders, listing)
+waits for one AppActor. An app that has not answered by then is left out of that round."""
+
+EXPIRY_MISSES_TO_PURGE = 3
+"""Expiry checks in a row an app may leave unanswered before it is purged as expired all the same."""
+
+
 class AppManagerActor(Actor):
+    """The app registry and its sweeps; see the module docstring.
+
+    ``receive`` never waits: what needs an answer from apps or a started actor is replied later.
+    The ``AppDirectory`` is the server's and survives a restart of this actor; the sweep state
+    (``ExpiryBook``, round gates) and the history are per incarnation.
+    """
+
     expected_errors = (RiffleError,)
 
     def __init__(self, *, directory: AppDirectory, app_factory: Callable[[str], AppActor], memory: ActorRef,
                  disks: list[ActorRef], clock: Clock, apps_supervisor: ActorRef | None = None,
-                 history_size: int = 1000):
+                 history_size: int = 1000, app_ask_timeout_s: float = APP_ASK_TIMEOUT_S,
+                 expiry_misses_to_purge: int = EXPIRY_MISSES_TO_PURGE):
         self.directory = directory
         self.apps_supervisor = apps_supervisor
         self.app_factory = app_factory
         self.memory = memory
         self.disks = disks
         self.clock = clock
+        self.app_ask_timeout_s = app_ask_timeout_s
         self.history: deque[dict] = deque(maxlen=history_size)
         self.purged_total = 0
-        self._purging: set[str] = set()
+        self.expiry = ExpiryBook(expiry_misses_to_purge)
+        self.sweeps: RoundGate[CheckExpiredApps] = RoundGate()
+        self.spill_rounds: RoundGate[SpillLargest] = RoundGate()
+        # app id -> the last registration or purge step for it: steps of one app id run in order
+        self._app_steps: dict[str, asyncio.Task[Any]] = {}
 
-    async def receive(self, msg: AppManagerMsg):
+    def receive(self, msg: AppManagerMsg):
         match msg:
             case GetOrCreateApp(app_id=app_id):
                 check_app_id(app_id)
-                if app_id in self._purging:
-                    raise InvalidRequestError(f"app {app_id} is being removed")
                 ref = self.directory.get(app_id)
-                if ref is None or not ref.is_alive:
-                    for disk in self.disks:  # the id may have been purged before: lift its disk fences
-                        await disk.tell(UnfenceApp(app_id))
-                    # temporary: a crashed app is purged, never silently restarted with lost data
-                    spec = ChildSpec(f"app:{app_id}", partial(self.app_factory, app_id), RestartPolicy.TEMPORARY)
-                    if self.apps_supervisor is not None:
-                        ref = await self.system.start_child(self.apps_supervisor, spec)
-                    else:
-                        ref = await self.system.spawn(spec.factory(), name=spec.name)
-                    ref.watch(self.ref)
-                    self.directory[app_id] = ref
-                    logger.bind(app_id=app_id).info("app {} registered", app_id)
-                return ref
+                if ref is not None and ref.is_alive:
+                    return ref
+                return self._app_step(app_id, partial(self._create_app, app_id))
             case PurgeApp(app_id=app_id, reason=reason):
-                await self._purge_app(app_id, reason)
+                return self._purge(app_id, reason)
             case PurgeAppShuffle(app_id=app_id, shuffle_id=shuffle_id):
-                ref = self.directory.get(app_id)
-                epoch = _FENCE_EVERY_EPOCH  # app gone: its own purge follows (a new incarnation is unfenced)
-                if ref is not None:
-                    try:
-                        epoch = await ref.ask(PurgeShuffle(shuffle_id))
-                    except ActorDeadError:
-                        pass
-                await self.memory.tell(PurgeAppMemory(app_id=app_id, shuffle_id=shuffle_id))
-                for disk in self.disks:
-                    await disk.tell(PurgeFiles(app_id=app_id, shuffle_id=shuffle_id, epoch=epoch))
-                logger.bind(app_id=app_id).info("shuffle {} of app {} purged", shuffle_id, app_id)
+                return self._app_step(app_id, partial(self._purge_shuffle, app_id, shuffle_id))
             case CheckExpiredApps():
-                for app_id, ref in list(self.directory.items()):
-                    try:
-                        expired = await ref.ask(IsExpired(), timeout=30)
-                    except (ActorDeadError, asyncio.TimeoutError):
-                        expired = True
-                    if expired:
-                        await self._purge_app(app_id, "heartbeat timeout")
+                return self._expiry_sweeps() if self.sweeps.request(msg) else None
             case ListApps():
-                infos = []
-                for ref in list(self.directory.values()):
-                    try:
-                        infos.append(await ref.ask(GetAppInfo(), timeout=10))
-                    except (ActorDeadError, asyncio.TimeoutError):
-                        pass
-                return infos
+                return self._list_apps()
             case GetHistory():
                 return list(self.history)
             case FlushAllApps():
-                waits = []
-                for ref in list(self.directory.values()):
-                    try:
-                        waits.append(ref.ask(SpillAll()))
-                    except ActorDeadError:
-                        pass
-                await asyncio.gather(*waits, return_exceptions=True)
-            case SpillLargest(target_bytes=target, reply_to=reply_to):
-                scheduled = 0
-                try:
-                    scheduled = await self._spill_largest(target)
-                finally:
-                    await reply_to.tell(SpillRoundDone(scheduled))
+                return self._flush_all()
+            case SpillLargest():
+                return self._spill_rounds(msg) if self.spill_rounds.request(msg) else None
             case Terminated(ref=ref, reason=reason):
                 for app_id, known in list(self.directory.items()):
                     if known is ref:
                         why = f"app actor crashed: {reason!r}" if reason is not None else "app actor stopped"
-                        await self._purge_app(app_id, why)
+                        return self._purge(app_id, why, ref=ref)
+                return None
             case _:
                 raise InvalidRequestError(f"unexpected message {type(msg).__name__}")
 
-    async def _spill_largest(self, target: int) -> int:
-        candidates: list[tuple[int, int, int, ActorRef]] = []
-        for ref in list(self.directory.values()):
-            try:
-                for size, sid, pid in await ref.ask(GetSpillCandidates(), timeout=10):
-                    candidates.append((size, sid, pid, ref))
-            except (ActorDeadError, asyncio.TimeoutError):
-                continue
-        candidates.sort(key=lambda c: c[0], reverse=True)
-        picked: dict[ActorRef, list[tuple[int, int]]] = {}
-        total = 0
-        for size, sid, pid, ref in candidates:
-            if total >= target:
-                break
-            picked.setdefault(ref, []).append((sid, pid))
-            total += size
-        scheduled = 0
-        for ref, keys in picked.items():
-            try:
-                scheduled += await ref.ask(SpillPartitions(tuple(keys)), timeout=10)
-            except (ActorDeadError, asyncio.TimeoutError):
-                continue
-        return scheduled
+    # ------------------------------------------------------------- registration and purge
+    def _app_step(self, app_id: str, step: Callable[[], Awaitable[T]]) -> asyncio.Task[T]:
+        """Run ``step`` after the previous step for ``app_id`` (whatever its outcome); other ids run freely.
 
-    async def _purge_app(self, app_id: str, reason: str) -> None:
-        if app_id in self._purging:
-            return
-        self._purging.add(app_id)
-        try:
+        A purge's tells thus reach the MemoryManager and the disks before a later registration of
+        the same id lifts its fences, and two registrations of one new id create one AppActor.
+        """
+        previous = self._app_steps.get(app_id)
+
+        async def run() -> T:
+            if previous is not None:
+                await asyncio.wait([previous])
+            return await step()
+
+        task = asyncio.get_running_loop().create_task(run(), name=f"actor:{self.name}:app-step")
+        self._app_steps[app_id] = task
+
+        def forget(t: asyncio.Task[Any]) -> None:
+            if self._app_steps.get(app_id) is t:
+                del self._app_steps[app_id]
+
+        task.add_done_callback(forget)
+        return task
+
+    async def _create_app(self, app_id: str) -> ActorRef:
+        ref = self.directory.get(app_id)
+        if ref is not None and ref.is_alive:  # registered by the step before this one
+            return ref
+        for disk in self.disks:  # the id may have been purged before: lift its disk fences
+            await disk.tell(UnfenceApp(app_id))
+        # temporary: a crashed app is purged, never silently restarted with lost data
+        spec = ChildSpec(f"app:{app_id}", partial(self.app_factory, app_id), RestartPolicy.TEMPORARY)
+        if self.apps_supervisor is not None:
+            ref = await self.system.start_child(self.apps_supervisor, spec)
+        else:
+            ref = await self.system.spawn(spec.factory(), name=spec.name)
+        ref.watch(self.ref)
+        self.directory[app_id] = ref
+        logger.bind(app_id=app_id).info("app {} registered", app_id)
+        return ref
+
+    def _purge(self, app_id: str, reason: str, *, ref: ActorRef | None = None) -> asyncio.Task[None] | None:
+        """Purge ``app_id`` (only while its AppActor is still ``ref``, when given): exactly once per actor.
+
+        The app leaves the directory at once, so no request reaches it any more; stopping it and
+        releasing its memory and files follow as a step of its id.
+        """
+        if ref is not None:
+            if self.directory.get(app_id) is not ref:
+                return None  # purged already (or replaced by a new registration)
+            del self.directory[app_id]
+        else:
             ref = self.directory.pop(app_id, None)
-            if ref is not None:
-                await ref.stop()
-            await self.memory.tell(PurgeAppMemory(app_id=app_id))
-            for disk in self.disks:
-                await disk.tell(PurgeFiles(app_id=app_id))
-            self.purged_total += 1
-            self.history.append({"app_id": app_id, "reason": reason,
-                                 "purged_epoch_ms": int(self.clock.time() * 1000)})
-            logger.bind(app_id=app_id).info("app {} purged: {}", app_id, reason)
+        return self._app_step(app_id, partial(self._release_app, app_id, ref, reason))
+
+    async def _release_app(self, app_id: str, ref: ActorRef | None, reason: str) -> None:
+        if ref is not None:
+            await ref.stop()
+        await self.memory.tell(PurgeAppMemory(app_id=app_id))
+        for disk in self.disks:
+            await disk.tell(PurgeFiles(app_id=app_id))
+        self.purged_total += 1
+        self.history.append({"app_id": app_id, "reason": reason,
+                             "purged_epoch_ms": int(self.clock.time() * 1000)})
+        logger.bind(app_id=app_id).info("app {} purged: {}", app_id, reason)
+
+    async def _purge_shuffle(self, app_id: str, shuffle_id: int) -> None:
+        ref = self.directory.get(app_id)
+        epoch = _FENCE_EVERY_EPOCH  # app gone: its own purge follows (a new incarnation is unfenced)
+        if ref is not None:
+            try:
+                epoch = await ref.ask(PurgeShuffle(shuffle_id))
+            except ActorDeadError:
+                pass
+        await self.memory.tell(PurgeAppMemory(app_id=app_id, shuffle_id=shuffle_id))
+        for disk in self.disks:
+            await disk.tell(PurgeFiles(app_id=app_id, shuffle_id=shuffle_id, epoch=epoch))
+        logger.bind(app_id=app_id).info("shuffle {} of app {} purged", shuffle_id, app_id)
+
+    # ------------------------------------------------------------- fan-outs
+    async def _ask_apps(self, asks: dict[str, tuple[ActorRef, Any]],
+                        timeout_s: float | None) -> dict[str, Any]:
+        """Ask every app at once; app id -> its answer, the exception it failed with, or ``NO_ANSWER``.
+
+        ``timeout_s`` bounds the wait on the manager's clock (None: wait for every answer).
+        """
+        if not asks:
+            return {}
+        loop = asyncio.get_running_loop()
+        tasks = {app_id: loop.create_task(ref.ask(msg), name=f"actor:{self.name}:ask")
+                 for app_id, (ref, msg) in asks.items()}
+        deadline: asyncio.Future[None] = loop.create_future()
+        handle = None
+        if timeout_s is not None:
+
+            def expire() -> None:
+                if not deadline.done():
+                    deadline.set_result(None)
+
+            handle = self.clock.call_at(self.clock.monotonic() + timeout_s, expire)
+        waiting: set[asyncio.Future[Any]] = set(tasks.values())
+        try:
+            while waiting and not deadline.done():
+                _, waiting = await asyncio.wait(waiting | {deadline}, return_when=asyncio.FIRST_COMPLETED)
+                waiting.discard(deadline)
         finally:
-            self._purging.discard(app_id)
+            if handle is not None:
+                handle.cancel()
+            deadline.cancel()
+            for t in waiting:
+                t.cancel()
+            if waiting:
+                await asyncio.wait(waiting)
+        return {app_id: NO_ANSWER if t.cancelled() else t.exception() or t.result()
+                for app_id, t in tasks.items()}
+
+    async def _expiry_sweeps(self) -> None:
+        """Expiry sweeps until no further one was requested meanwhile."""
+        while True:
+            await self._sweep_expired()
+            if self.sweeps.finished() is None:
+                return
+
+    async def _sweep_expired(self) -> None:
+        refs = dict(self.directory)
+        answers = await self._ask_apps({a: (r, IsExpired()) for a, r in refs.items()}, self.app_ask_timeout_s)
+        verdicts = {app_id: _expiry_answer(answer) for app_id, answer in answers.items()}
+        purges = [self._purge(app_id, reason, ref=refs[app_id]) for app_id, reason in self.expiry.decide(verdicts)]
+        await asyncio.gather(*(p for p in purges if p is not None))
+
+    async def _spill_rounds(self, msg: SpillLargest | None) -> None:
+        """Spill rounds until no further one was requested meanwhile; each is answered with SpillRoundDone."""
+        while msg is not None:
+            scheduled = 0
+            try:
+                scheduled = await self._spill_largest(msg.target_bytes)
+            finally:
+                await msg.reply_to.tell(SpillRoundDone(scheduled))
+            msg = self.spill_rounds.finished()
+
+    async def _spill_largest(self, target_bytes: int) -> int:
+        refs = dict(self.directory)
+        answers = await self._ask_apps({a: (r, GetSpillCandidates()) for a, r in refs.items()},
+                                       self.app_ask_timeout_s)
+        candidates = [SpillCandidate(size, app_id, sid, pid) for app_id, listed in answers.items()
+                      if _answered(listed) for size, sid, pid in listed]
+        orders = pick_spill(candidates, target_bytes)
+        done = await self._ask_apps({a: (refs[a], SpillPartitions(keys)) for a, keys in orders.items()},
+                                    self.app_ask_timeout_s)
+        return sum(n for n in done.values() if _answered(n))
+
+    async def _list_apps(self) -> list[Any]:
+        answers = await self._ask_apps({a: (r, GetAppInfo()) for a, r in self.directory.items()},
+                                       self.app_ask_timeout_s)
+        return [info for info in answers.values() if _answered(info)]
+
+    async def _flush_all(self) -> None:
+        # no per-app bound: a flush takes as long as the disks need; the caller bounds the whole
+        await self._ask_apps({a: (r, SpillAll()) for a, r in self.directory.items()}, None)
+
+
+NO_ANSWER: Any = object()
+"""What ``AppManagerActor._ask_apps`` reports for an app that did not answer in time."""
+
+
+def _answered(answer: Any) -> bool:
+    return answer is not NO_ANSWER and not isinstance(answer, BaseException)
+
+
+def _expiry_answer(answer: Any) -> Answer:
+    if answer is NO_ANSWER:
+        return Answer.NO_ANSWER
+    if isinstance(answer, ActorDeadError):
+        return Answer.GONE
+    if isinstance(answer, BaseException):
+        return Answer.NO_ANSWER  # an app that failed to answer is judged by later checks
+    return Answer.EXPIRED if answer else Answer.ALIVE

@@ -1,22 +1,26 @@
 """SpillDispatcherActor: routes spill batches to disks, retries and re-routes, never drops.
 
-A ``SpillJob`` is one in-flight batch of one partition. The dispatcher picks its disk (the
-partition's current disk while healthy, else a healthy disk chosen by hashing the
-partition, so its files stay together), runs at most ``max_concurrency`` writes at once,
-and on failure retries: the same disk after a disk-actor restart, another healthy disk after
-an IO error. The batch's data is still in memory the whole time, so nothing is lost; the
-owning AppActor is told ``SpillCompleted`` only once the disk acknowledged data and index.
-When no disk is healthy the job waits and retries with backoff (memory backpressure then
-makes requireBuffer answer NO_BUFFER, and the failure is logged and counted); a disk coming
-back (``DiskHealthChanged``) wakes it at once. A disk actor that crashes or fails in an
-unexpected way is retried like a restart: the job is never dropped.
+A ``SpillJob`` is one in-flight batch of one partition. The decisions about it live in
+``riffle_actors.state.spill_plan`` (``SpillPlan``, ``SpillQueue``): its disk (the partition's
+current disk while healthy, else a healthy disk chosen by hashing the partition, so its files
+stay together), at most ``max_concurrency`` writes at once, and what follows a failure: another
+healthy disk at once after an IO error, the same disk after a pause when its actor crashed or
+restarted (an unexpected failure counts as one). This actor carries them out. The batch's data
+is still in memory the whole time, so nothing is lost; the owning AppActor is told
+``SpillCompleted`` only once a disk acknowledged data and index.
 
-Disk health: with a ``DiskHealthBoard`` (the server's wiring) the DiskMonitor decides which
-disk takes data (the Disk actors report their IO failures to it) and this actor only reads
-the board; ``DiskHealthChanged`` messages are its wake-ups, and one saying ``healthy=False``
-also keeps a disk out until one saying ``healthy=True`` arrives (the monitor's verdicts agree
-with the board). Without a board (tests of this actor alone), its own view from write outcomes
-applies: consecutive failures put a disk in quarantine for ``quarantine_s``.
+Retries never end and never grow without bound. When no disk can take the batch, it pauses on
+the injected clock, from 0.05 s doubling up to ``SpillRetryPolicy.max_backoff_s`` (2 s), then
+tries every disk healthy at that moment; a disk coming back (``DiskHealthChanged``) ends the
+pause at once. Memory backpressure meanwhile makes requireBuffer answer NO_BUFFER. A batch
+with ``stuck_after_retries`` (10) failed writes and pauses is *stuck*: it is logged at ERROR
+with its app id (again at 20, 40 ... retries, and at INFO once it lands), counted in
+``SpillStats.stuck_total``, and listed in ``SpillStats.stuck`` while it stays in memory.
+
+Disk health: the DiskMonitor decides, on the ``DiskHealthBoard``, which disk takes data (the
+Disk actors report their IO failures to it) and this actor only reads the board;
+``DiskHealthChanged`` messages are its wake-ups, and one saying ``healthy=False`` also keeps a
+disk out until one saying ``healthy=True`` arrives (the monitor's verdicts agree with the board).
 
 A job re-routed away from the disk that held its partition's files (or that it tried first)
 is counted per (from, to) pair in ``SpillStats.moved`` and logged, so ``/health`` can tell an
@@ -28,18 +32,25 @@ See also: ``riffle_actors.actors.disk`` (the writer), ``riffle_actors.actors.app
 from __future__ import annotations
 
 import asyncio
-import zlib
-from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from loguru import logger
 
 from riffle_actors.runtime import Actor, ActorDeadError, ActorRef
-from riffle_actors.actors.disk import AppPurgedError, DiskIOError, WriteBatch, WriteResult
-from riffle_actors.runtime.clock import Clock, SystemClock
+from riffle_actors.actors.storage_messages import (
+    AppPurgedError,
+    DiskHealthChanged,
+    DiskIOError,
+    WriteBatch,
+    WriteResult,
+)
+from riffle_actors.runtime import Clock, SystemClock
 from riffle_actors.log import RateLimitedLog
 from riffle_actors.records import Block
 from riffle_actors.state.disk_health import DiskHealthBoard
+from riffle_actors.state.spill_plan import BatchKey, SpillAttempt, SpillPlan, SpillQueue, SpillRetryPolicy, \
+    StuckSpill, WaitFor
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,13 +78,6 @@ class SpillCompleted:
 
 
 @dataclass(frozen=True, slots=True)
-class DiskHealthChanged:
-    disk: str
-    healthy: bool
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
 class GetSpillStats:
     pass
 
@@ -88,6 +92,9 @@ class SpillStats:
     seconds_total: float = 0.0
     unhealthy_disks: dict[str, str] = field(default_factory=dict)
     moved: dict[tuple[str, str], int] = field(default_factory=dict)  # (from disk, to disk) -> spill jobs
+    retries_total: int = 0  # failed writes plus pauses without a disk, over every batch
+    stuck_total: int = 0    # batches that ever became stuck
+    stuck: tuple[StuckSpill, ...] = ()  # batches stuck now (still in memory, still retried), longest first
 
     def moved_from(self, disk: str) -> dict[str, int]:
         """to disk -> number of spill jobs re-routed away from ``disk``."""
@@ -98,75 +105,62 @@ SpillMsg = SpillJob | DiskHealthChanged | GetSpillStats
 
 
 class SpillDispatcherActor(Actor):
+    """Carries out the ``SpillPlan``'s decisions: asks the Disk actors, pauses on its clock, reports.
+
+    The plan decides (disk, retry, pause, stuck); this actor does the IO. Pauses run on the
+    injected ``Clock`` (a ``ManualClock`` in tests) and end early when a ``DiskHealthChanged``
+    says a disk is back. Nothing of it survives a restart but the health board it reads.
+    """
+
     mailbox_size = 1_000_000  # one tell per in-flight batch; refusing one would lose track of memory
+
     def __init__(self, disks: dict[str, ActorRef], *, max_concurrency: int = 8, clock: Clock | None = None,
-                 failures_to_quarantine: int = 3, quarantine_s: float = 30.0, on_spilled=None,
-                 on_spill_failed=None, health: DiskHealthBoard | None = None):
+                 on_spilled=None, on_spill_failed=None, health: DiskHealthBoard,
+                 retry: SpillRetryPolicy | None = None):
         self.disks = disks  # name -> DiskActor ref, in data_paths order
         self.health = health
-        self.max_concurrency = max_concurrency
         self.clock = clock or SystemClock()
-        self.failures_to_quarantine = failures_to_quarantine
-        self.quarantine_s = quarantine_s
         self.on_spilled = on_spilled  # metrics hook: (disk, data_bytes, seconds)
         self.on_spill_failed = on_spill_failed  # metrics hook: (disk,)
-        self._no_disk_log = RateLimitedLog(10.0)
-        self._queue: deque[SpillJob] = deque()
-        self._running = 0
-        self._consecutive_failures: dict[str, int] = {}
-        self._quarantined_until: dict[str, float] = {}
-        self._unhealthy: dict[str, str] = {}  # disk -> reason, from DiskHealthChanged(healthy=False)
-        self._disk_back = asyncio.Event()  # set (and replaced) when a disk becomes healthy again
+        self.plan = SpillPlan(disks, retry)
+        self.queue: SpillQueue[SpillJob] = SpillQueue(max_concurrency)
+        self._no_disk_log = RateLimitedLog(10.0, monotonic=self.clock.monotonic)
+        self._pauses: set[Callable[[], None]] = set()  # wake-ups of the batches pausing now
         self.stats = SpillStats()
 
-    # ------------------------------------------------------------- disk choice
     def healthy_disks(self) -> list[str]:
-        if self.health is not None:
-            return [d for d in self.disks if d not in self._unhealthy and self.health.placeable(d)]
-        now = self.clock.monotonic()
-        return [d for d in self.disks
-                if d not in self._unhealthy and self._quarantined_until.get(d, 0.0) <= now]
-
-    def choose_disk(self, job: SpillJob, exclude: set[str]) -> str | None:
-        healthy = [d for d in self.healthy_disks() if d not in exclude]
-        if not healthy:
-            return None
-        if job.preferred_disk in healthy:
-            return job.preferred_disk
-        key = f"{job.app_id}/{job.shuffle_id}/{job.partition_id}".encode()
-        return healthy[zlib.crc32(key) % len(healthy)]
+        """Disks that may take data now: placeable on the board and not held out by a message."""
+        return self.plan.placeable(self.health.placeable)
 
     # ------------------------------------------------------------- messages
     def receive(self, msg: SpillMsg):
         match msg:
             case SpillJob():
-                self._queue.append(msg)
-                self._pump()
-            case DiskHealthChanged(disk=disk, healthy=healthy, reason=reason):
-                if healthy:
-                    self._unhealthy.pop(disk, None)
-                    self._consecutive_failures.pop(disk, None)
-                    self._quarantined_until.pop(disk, None)
-                    self._disk_back.set()
-                    self._disk_back = asyncio.Event()
-                else:
-                    self._unhealthy[disk] = reason
-                self._pump()
+                self._start(self.queue.push(msg))
+            case DiskHealthChanged(disk=disk, healthy=True):
+                self.plan.readmit(disk)
+                for wake in list(self._pauses):  # re-route what waits: the disk may take it now
+                    wake()
+            case DiskHealthChanged(disk=disk, reason=reason):
+                self.plan.hold_out(disk, reason)
             case GetSpillStats():
-                self.stats.pending = len(self._queue)
-                self.stats.running = self._running
-                unhealthy = dict(self._unhealthy)
-                if self.health is not None:
-                    unhealthy.update(self.health.reasons())
-                self.stats.unhealthy_disks = unhealthy
-                return self.stats
+                return self._snapshot()
             case _:
                 raise TypeError(f"unexpected message {msg!r}")
 
-    def _pump(self) -> None:
-        while self._queue and self._running < self.max_concurrency:
-            job = self._queue.popleft()
-            self._running += 1
+    def _snapshot(self) -> SpillStats:
+        stats = self.stats
+        stats.pending = self.queue.pending
+        stats.running = self.queue.running
+        stats.unhealthy_disks = {**self.plan.held_out, **self.health.reasons()}
+        stats.moved = dict(self.plan.moved)
+        stats.retries_total = self.plan.retries_total
+        stats.stuck_total = self.plan.stuck_total
+        stats.stuck = tuple(self.plan.stuck(self.clock.monotonic()))
+        return stats
+
+    def _start(self, jobs: list[SpillJob]) -> None:
+        for job in jobs:
             self.spawn(self._run(job))
 
     async def _run(self, job: SpillJob) -> None:
@@ -180,99 +174,111 @@ class SpillDispatcherActor(Actor):
             except ActorDeadError:
                 pass  # the app was purged or crashed; its memory went with the purge
         finally:
-            self._running -= 1
-            self._pump()
+            self._start(self.queue.finished())
 
     async def _write_until_done(self, job: SpillJob) -> str | None:
-        tried: set[str] = set()
-        attempt = 0
-        backoff = 0.05
-        origin = job.preferred_disk  # where the partition's files are (or the first disk tried)
-        while True:
-            if not job.reply_to.is_alive:
-                # the owning app was purged: its data is not wanted, and must not reach the files
-                # of a later app registered with the same id
-                return None
-            disk = self.choose_disk(job, tried)
-            if disk is None:
-                if tried:
-                    tried.clear()  # every healthy disk failed once: start over after a pause
+        """Write ``job`` until a disk acknowledges it (its disk) or its app is gone (None)."""
+        key = BatchKey(job.app_id, job.shuffle_id, job.partition_id, job.flight_id)
+        attempt = self.plan.begin(key, job.preferred_disk, sum(len(b.data) for b in job.blocks),
+                                  self.clock.monotonic())
+        try:
+            while True:
+                if not job.reply_to.is_alive:
+                    # the owning app was purged: its data is not wanted, and must not reach the files
+                    # of a later app registered with the same id
+                    return None
+                step = self.plan.next_step(attempt, self.healthy_disks())
+                if isinstance(step, WaitFor):
+                    if step.no_disk:
+                        self._warn_no_disk(job)
+                    self._report_if_stuck(job, attempt)
+                    await self._pause(step.delay_s)
+                    continue
+                disk = step.disk
+                started = self.clock.monotonic()
+                try:
+                    result: WriteResult = await self.disks[disk].ask(WriteBatch(
+                        app_id=job.app_id, shuffle_id=job.shuffle_id, partition_id=job.partition_id,
+                        blocks=job.blocks, epoch=job.epoch))
+                except AppPurgedError:
+                    return None
+                except DiskIOError as e:
+                    self._count_failure(disk)  # the Disk actor reported it to the DiskMonitor
+                    delay = self.plan.write_failed(attempt, disk, str(e).removeprefix(f"disk {disk}: "),
+                                                   disk_fault=True)
+                except Exception as e:  # noqa: BLE001 - ActorDeadError or a crash of the disk actor
+                    # the disk actor crashed or restarted before acknowledging: write again (same disk
+                    # first; its supervisor restarts it). A batch written twice only adds bytes the
+                    # reader de-duplicates by block id; the batch is still in memory meanwhile.
+                    self._count_failure(disk)
+                    if not isinstance(e, ActorDeadError):
+                        logger.bind(disk=disk, app_id=job.app_id).warning(
+                            "spill of {}/{}/{} to disk {} failed unexpectedly ({!r}); retrying",
+                            job.app_id, job.shuffle_id, job.partition_id, disk, e)
+                    delay = self.plan.write_failed(attempt, disk, repr(e), disk_fault=False)
                 else:
-                    show, suppressed = self._no_disk_log.should_log("no-disk")
-                    if show:
-                        logger.bind(app_id=job.app_id).warning(
-                            "no healthy disk for spill of {}/{}/{}; data stays in memory, retrying{}",
-                            job.app_id, job.shuffle_id, job.partition_id,
-                            f" ({suppressed} similar messages suppressed)" if suppressed else "")
-                await self._wait_for_a_disk(backoff)
-                backoff = min(backoff * 2, 2.0)
-                continue
-            if origin is None:
-                origin = disk
-            attempt += 1
-            started = self.clock.monotonic()
-            try:
-                result: WriteResult = await self.disks[disk].ask(WriteBatch(
-                    app_id=job.app_id, shuffle_id=job.shuffle_id, partition_id=job.partition_id, blocks=job.blocks,
-                    epoch=job.epoch))
-            except AppPurgedError:
-                return None
-            except DiskIOError as e:
-                self._count_failure(disk)
-                self._note_failure(disk, e)
-                tried.add(disk)
-                continue
-            except Exception as e:  # noqa: BLE001 - ActorDeadError or a crash of the disk actor
-                # the disk actor crashed or restarted before acknowledging: write again (same disk
-                # first; its supervisor restarts it). A batch written twice only adds bytes the
-                # reader de-duplicates by block id; the batch is still in memory meanwhile.
-                self._count_failure(disk)
-                if not isinstance(e, ActorDeadError):
-                    logger.bind(disk=disk, app_id=job.app_id).warning(
-                        "spill of {}/{}/{} to disk {} failed unexpectedly ({!r}); retrying",
-                        job.app_id, job.shuffle_id, job.partition_id, disk, e)
-                if attempt % 3 == 0:
-                    tried.add(disk)
-                await asyncio.sleep(0.01 * attempt)
-                continue
-            elapsed = self.clock.monotonic() - started
-            self._consecutive_failures.pop(disk, None)
-            self.stats.completed += 1
-            self.stats.spilled_bytes += result.data_file_len - result.offset
-            self.stats.seconds_total += elapsed
-            if self.on_spilled is not None:
-                self.on_spilled(disk, result.data_file_len - result.offset, elapsed)
-            if origin is not None and disk != origin:
-                self._note_moved(job, origin, disk)
-            return disk
+                    self._landed(job, attempt, disk, result, self.clock.monotonic() - started)
+                    return disk
+                self._report_if_stuck(job, attempt)
+                if delay:
+                    await self._pause(delay)
+        finally:
+            self.plan.end(attempt)
 
+    async def _pause(self, delay_s: float) -> None:
+        """Wait ``delay_s`` on the clock; a disk coming back (``DiskHealthChanged``) ends it at once."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def wake() -> None:
+            if not fut.done():
+                fut.set_result(None)
+
+        handle = self.clock.call_at(self.clock.monotonic() + delay_s, wake)
+        self._pauses.add(wake)
+        try:
+            await fut
+        finally:
+            handle.cancel()
+            self._pauses.discard(wake)
+
+    # ------------------------------------------------------------- reports
     def _count_failure(self, disk: str) -> None:
         self.stats.failed_attempts += 1
         if self.on_spill_failed is not None:
             self.on_spill_failed(disk)
 
-    async def _wait_for_a_disk(self, timeout_s: float) -> None:
-        """Sleep up to ``timeout_s``, waking early when a disk becomes healthy again."""
-        try:
-            await asyncio.wait_for(self._disk_back.wait(), timeout_s)
-        except TimeoutError:
-            pass
-
-    def _note_moved(self, job: SpillJob, origin: str, disk: str) -> None:
-        key = (origin, disk)
-        n = self.stats.moved.get(key, 0) + 1
-        self.stats.moved[key] = n
-        if n & (n - 1) == 0:  # 1, 2, 4, 8, ...: a trail for operators without a line per spill
-            logger.bind(disk=origin, app_id=job.app_id).warning(
+    def _landed(self, job: SpillJob, attempt: SpillAttempt, disk: str, result: WriteResult,
+                elapsed: float) -> None:
+        landed = self.plan.landed(attempt, disk)
+        written = result.data_file_len - result.offset
+        self.stats.completed += 1
+        self.stats.spilled_bytes += written
+        self.stats.seconds_total += elapsed
+        if self.on_spilled is not None:
+            self.on_spilled(disk, written, elapsed)
+        if landed.log_move:
+            logger.bind(disk=landed.moved_from, app_id=job.app_id).warning(
                 "spill of {}/{}/{} moved from disk {} to disk {} ({} spill(s) moved so far)",
-                job.app_id, job.shuffle_id, job.partition_id, origin, disk, n)
+                job.app_id, job.shuffle_id, job.partition_id, landed.moved_from, disk, landed.moved_so_far)
+        if landed.was_stuck:
+            logger.bind(disk=disk, app_id=job.app_id).info(
+                "stuck spill of {}/{}/{} (flight {}) reached disk {} after {} retries",
+                job.app_id, job.shuffle_id, job.partition_id, job.flight_id, disk, landed.retries)
 
-    def _note_failure(self, disk: str, e: DiskIOError) -> None:
-        if self.health is not None:
-            return  # the Disk actor reported it to the DiskMonitor, which owns the verdict
-        n = self._consecutive_failures.get(disk, 0) + 1
-        self._consecutive_failures[disk] = n
-        if n >= self.failures_to_quarantine or e.kind in ("ENOSPC", "EROFS"):
-            self._quarantined_until[disk] = self.clock.monotonic() + self.quarantine_s
-            logger.bind(disk=disk).error("disk {} quarantined for {:.0f}s after {} ({} failures in a row)",
-                                         disk, self.quarantine_s, e.kind, n)
+    def _warn_no_disk(self, job: SpillJob) -> None:
+        show, suppressed = self._no_disk_log.should_log("no-disk")
+        if show:
+            logger.bind(app_id=job.app_id).warning(
+                "no healthy disk for spill of {}/{}/{}; data stays in memory, retrying{}",
+                job.app_id, job.shuffle_id, job.partition_id,
+                f" ({suppressed} similar messages suppressed)" if suppressed else "")
+
+    def _report_if_stuck(self, job: SpillJob, attempt: SpillAttempt) -> None:
+        if not self.plan.should_report_stuck(attempt):
+            return
+        logger.bind(app_id=job.app_id).error(
+            "spill of {}/{}/{} (flight {}, {} bytes) has not reached a disk after {} retries in {:.1f}s "
+            "(last failure: {}); it stays in memory and is retried at least every {}s on any healthy disk",
+            job.app_id, job.shuffle_id, job.partition_id, job.flight_id, attempt.data_bytes, attempt.retries,
+            self.clock.monotonic() - attempt.started_monotonic, attempt.last_error or "no healthy disk",
+            self.plan.policy.max_backoff_s)
