@@ -1,9 +1,10 @@
 """ShuffleService: the transport-agnostic use cases of the shuffle server.
 
-Every transport (gRPC now, urpc later) decodes a request into plain values, calls one method
-here and encodes the result; errors are ``RiffleError`` subclasses whose status is mapped in
-one place (``riffle_actors.errors.to_status``). This is where the RPCs' order of checks from
-spec §2 lives: app check, ticket handling (a taken ticket is handed to the AppActor, which
+Every transport (gRPC now, urpc later) decodes a request into domain values (wire formats such
+as block-id layouts and task-id bitmaps are decoded by ``riffle_actors.transport.decode``, never
+here), calls one method here and encodes the result; errors are ``RiffleError`` subclasses whose
+status is mapped in one place (``riffle_actors.errors.to_status``). This is where the RPCs' order
+of checks from spec §2 lives: app check, ticket handling (a taken ticket is handed to the AppActor, which
 converts it into used memory; a cancelled RPC cannot strand it), the routing of reads to
 memory or to the disks that hold a partition's files.
 
@@ -17,7 +18,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Sequence
 
-from riffle_actors.runtime import ActorDeadError, ActorRef
 from riffle_actors.actors.app import (
     AppendBlocks,
     CheckHugePartitions,
@@ -29,10 +29,11 @@ from riffle_actors.actors.app import (
     Heartbeat,
     RegisterShuffle,
     ReportShuffleResult,
+    SendTicket,
 )
 from riffle_actors.actors.app_manager import AppDirectory, GetOrCreateApp, PurgeApp, PurgeAppShuffle
-from riffle_actors.actors.disk import DiskIOError, ReadData, ReadIndex
 from riffle_actors.actors.memory import CommitTicket, RequireBuffer, TakeTicket
+from riffle_actors.actors.storage_messages import DiskIOError, ReadData, ReadIndex
 from riffle_actors.errors import (
     InternalError,
     InvalidRequestError,
@@ -44,15 +45,10 @@ from riffle_actors.errors import (
 from riffle_actors.metrics import Metrics
 from riffle_actors.protocol.bitmap import TaskIdFilter
 from riffle_actors.protocol.blockid import BlockIdLayout
-from riffle_actors.protocol.errors import ProtocolError
 from riffle_actors.records import Block
+from riffle_actors.runtime import ActorDeadError, ActorRef
 from riffle_actors.state.buffer import BLOCK_OVERHEAD_BYTES
 from riffle_actors.state.disk_health import DiskHealthBoard
-
-
-# A Spark reader's expected task ids fit in far less: 1M sparse ids take about 2 MiB.
-MAX_TASK_BITMAP_BYTES = 8 << 20
-INLINE_TASK_BITMAP_BYTES = 64 << 10
 
 
 def _consume_exception(fut: asyncio.Future) -> None:
@@ -144,12 +140,14 @@ class ShuffleService:
             raise TicketExceededError(
                 f"sendShuffleData carries {needed} bytes (data + {BLOCK_OVERHEAD_BYTES} per block) but "
                 f"requireBufferId {ticket_id} reserved {ticket_size}; refused, nothing was stored")
+        # the partitions convert the ticket into used memory (CommitTicket) as their blocks become readable
+        ticket = SendTicket(self.memory, app_id, ticket_size)
         try:
-            # the AppActor converts the ticket into used memory (CommitTicket) once it processed this
-            return await app.ask(AppendBlocks(shuffle_id=shuffle_id, partitions=partitions, ticket_size=ticket_size))
+            return await app.ask(AppendBlocks(shuffle_id=shuffle_id, partitions=partitions,
+                                              ticket_size=ticket_size, ticket=ticket))
         except ActorDeadError:
-            # never processed: the reservation is ours to give back
-            self.memory.tell_nowait(CommitTicket(app_id=app_id, ticket_size=ticket_size, used=0))
+            # what no partition turned into used memory is ours to give back (all of it if never processed)
+            ticket.release_rest()
             raise NoRegisterError(f"app {app_id!r} was removed") from None
 
     async def report_shuffle_result(self, app_id: str, shuffle_id: int, task_attempt_id: int,
@@ -165,32 +163,14 @@ class ShuffleService:
 
     # ------------------------------------------------------------- reads
     async def get_shuffle_result(self, app_id: str, shuffle_id: int, partition_ids: Sequence[int],
-                                 layout_bits: tuple[int, int, int]) -> bytes:
-        layout = None
-        if any(layout_bits):
-            try:
-                layout = BlockIdLayout.from_proto_fields(*layout_bits)
-            except ProtocolError as e:
-                raise InvalidRequestError(f"invalid blockIdLayout {layout_bits}: {e}") from None
+                                 layout: BlockIdLayout | None) -> bytes:
+        """The serialized block-id bitmap of the partitions; ``layout`` None = the default layout."""
         return await self._ask_app(app_id, GetShuffleResult(shuffle_id=shuffle_id, partition_ids=tuple(partition_ids),
                                                             layout=layout))
 
     async def get_memory_data(self, app_id: str, shuffle_id: int, partition_id: int, last_block_id: int,
-                              read_buffer_size: int, task_bitmap: bytes | None) -> list[Block]:
-        task_filter = None
-        if task_bitmap:
-            if len(task_bitmap) > MAX_TASK_BITMAP_BYTES:
-                raise InvalidRequestError(f"serializedExpectedTaskIdsBitmap of {len(task_bitmap)} bytes is above "
-                                          f"the {MAX_TASK_BITMAP_BYTES} this server decodes")
-            try:
-                if len(task_bitmap) > INLINE_TASK_BITMAP_BYTES:
-                    # decoding is Python code (~0.1 us a byte): on a thread, the GIL's switch interval
-                    # lets the loop run every few ms instead of waiting for the whole decode
-                    task_filter = await asyncio.to_thread(TaskIdFilter.from_bytes, task_bitmap)
-                else:
-                    task_filter = TaskIdFilter.from_bytes(task_bitmap)
-            except ProtocolError as e:
-                raise InvalidRequestError(f"bad serializedExpectedTaskIdsBitmap: {e}") from None
+                              read_buffer_size: int, task_filter: TaskIdFilter | None) -> list[Block]:
+        """Blocks after ``last_block_id`` from memory; ``task_filter`` None = every task's blocks."""
         blocks = await self._ask_app(app_id, GetMemoryData(
             shuffle_id=shuffle_id, partition_id=partition_id, last_block_id=last_block_id,
             read_buffer_size=max(1, read_buffer_size), task_filter=task_filter))

@@ -1,11 +1,33 @@
-"""AppActor: one per application; owns its shuffles, partition buffers and reported block ids.
+"""AppActor: one per application; owns the app-level state and routes partition work to PartitionActors.
 
-Every message refreshes the app's last-seen time, after the "app check" (an app silent for
-longer than the heartbeat timeout answers NO_REGISTER, spec §2.0). Appends de-duplicate
-block ids and make the blocks readable before the reply. A partition buffer above its
-single-buffer spill size is spilled right away; the MemoryManager's watermark rounds ask
-for spill candidates and pick the largest. Spill completions drop the in-flight batch and
-give its memory back.
+It owns the ``AppState`` (``riffle_actors.state.app_state``): registered shuffles with their
+ranges and epochs, reported block ids and shuffle results, commit counters, the app check
+(an app silent for longer than the heartbeat timeout answers NO_REGISTER, spec §2.0; every
+message refreshes the last-seen time after it), huge-partition accounting and the app's
+memory and byte figures. It does not own blocks: each partition that received data has a
+``PartitionActor`` (``riffle_actors.actors.partition``), a child of this actor, started on
+the partition's first data (not at registerShuffle), which owns its staging and in-flight
+batches, its block ids and its spill state.
+
+Routing (one message per request per partition, never one per block):
+
+- sendShuffleData: the app check and every NO_REGISTER / INVALID_REQUEST check happen here,
+  for the whole request, before any partition sees it; then one ``AppendPart`` per partition.
+  The reply (bytes accepted) comes once every part is readable; the ticket becomes used
+  memory through the request's ``SendTicket`` (one ``CommitTicket`` per send).
+- getMemoryShuffleData: one ``ReadPart``; a partition without an actor has nothing in memory.
+- Spill rounds, huge partitions, ``/apps``, getLocalShuffleIndex/Data: answered from the size
+  table (each partition's ``PartitionFigures``, which its actor keeps current), so the
+  AppManager's watermark round costs one ask per app; the chosen partitions get a ``SpillPart``.
+- finishShuffle / graceful shutdown: a ``FlushPart`` per partition, replied when all are on disk.
+- unregisterShuffle: a ``PurgePart`` per partition (after whatever is queued for it), which
+  releases the partition's memory and stops it.
+
+While a partition actor starts (one loop turn or so), its messages wait, in order, in its
+``PartitionEntry``. A send's replies, reads and spill orders are futures completed by the
+partition actors (no task and no extra hop per request); since they are this actor's reply-
+later awaitables, they fail with ``ActorDeadError`` if this actor stops, and the sends'
+reservations not yet used go back to the MemoryManager in ``on_stop``.
 
 Reports and shuffle results go through a ``SliceLane``: one at a time, in arrival order, in
 time slices of ~1 ms with the event loop's other work in between (a 2M-id result is ~0.1-0.5 s
@@ -14,29 +36,67 @@ of CPU). Other messages are processed between the slices; none of them changes r
 state, whose result nobody can ask for any more).
 
 Supervision: temporary. A crashed AppActor is not restarted (that would hide lost data);
-the AppManager purges it and later calls get NO_REGISTER, so Spark retries the stage.
+the AppManager purges it and later calls get NO_REGISTER, so Spark retries the stage. Its
+partition actors are stopped with it. A crashed partition actor (seen through death watch)
+crashes this actor on purpose, with the same outcome: the app is purged, nothing is hidden.
 
-See also: ``riffle_actors.state.app_state`` (the logic), ``riffle_actors.runtime.slicing``,
-``riffle_actors.actors.app_manager``.
+See also: ``riffle_actors.state.app_state`` (the logic), ``riffle_actors.actors.partition``,
+``riffle_actors.runtime.slicing``, ``riffle_actors.actors.app_manager``.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 from loguru import logger
 
-from riffle_actors.runtime import Actor, ActorDeadError, ActorRef
-from riffle_actors.actors.memory import CommitTicket, MarkInFlight, ReleaseMemory
-from riffle_actors.runtime.slicing import SliceLane
-from riffle_actors.actors.spill import SpillCompleted, SpillJob
-from riffle_actors.runtime.clock import Clock
-from riffle_actors.errors import HugePartitionBackpressureError, InvalidRequestError, RiffleError
+from riffle_actors.actors.partition import (
+    PURGE,
+    AppendPart,
+    FlushPart,
+    Join,
+    PartitionActor,
+    PartitionContext,
+    ReadPart,
+    SendTicket,
+    SpillPart,
+    abandon,
+)
+from riffle_actors.errors import (
+    HugePartitionBackpressureError,
+    InternalError,
+    InvalidRequestError,
+    NoBufferError,
+    NoRegisterError,
+    RiffleError,
+)
 from riffle_actors.protocol.blockid import BlockIdLayout
 from riffle_actors.records import Block
-from riffle_actors.state.app_state import AppState, PartitionState
+from riffle_actors.runtime import (
+    ActorDeadError,
+    ActorRef,
+    ChildSpec,
+    ChildStartError,
+    Clock,
+    MailboxFullError,
+    RestartPolicy,
+    SliceLane,
+    Supervisor,
+    Terminated,
+)
+from riffle_actors.state.app_state import AppState, PartitionEntry, ShuffleState
+from riffle_actors.state.partition import SpillLimits
+
+__all__ = ["SendTicket"]  # re-exported for the ShuffleService
+
+
+class PartitionCrashedError(Exception):
+    """A PartitionActor of the app crashed; raised by the AppActor to crash itself (never expected)."""
 
 
 # ---------------------------------------------------------------------------- messages
@@ -53,13 +113,17 @@ class RegisterShuffle:
 class AppendBlocks:
     """All partitions of one sendShuffleData request, paid for by a ticket of ``ticket_size`` bytes.
 
-    Once the message is processed (whatever its outcome) the AppActor has told the MemoryManager
-    ``CommitTicket``; the sender gives the reservation back itself only on ``ActorDeadError``.
+    ``ticket`` (made by the sender) turns the reservation into used memory as the partitions
+    append; without one the AppActor makes it. Whatever the outcome, once the AppActor has
+    processed the message the ticket is settled or will be (by the partitions, or by the
+    AppActor's ``on_stop``); on ``ActorDeadError`` the sender calls ``ticket.release_rest()``,
+    which gives back exactly what no partition used (all of it if the message was never processed).
     """
 
     shuffle_id: int
     partitions: tuple[tuple[int, tuple[Block, ...]], ...]
     ticket_size: int = 0
+    ticket: SendTicket | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -158,55 +222,59 @@ class AppInfo:
     memory_bytes: int
     in_flight_bytes: int
     received_bytes: int
+    partition_actors: int = 0  # PartitionActors running (or starting) now
 
 
 AppMsg = (RegisterShuffle | AppendBlocks | ReportShuffleResult | GetShuffleResult | GetMemoryData
-          | GetPartitionDisks | CheckHugePartitions | Heartbeat | CommitShuffleTask | FinishShuffle | PurgeShuffle
-          | GetSpillCandidates | SpillPartitions | SpillAll | SpillCompleted | GetAppInfo | IsExpired)
+          | GetPartitionDisks | CheckHugePartitions | Heartbeat | CommitShuffleTask | FinishShuffle
+          | PurgeShuffle | GetSpillCandidates | SpillPartitions | SpillAll | GetAppInfo | IsExpired
+          | Terminated)
 
 
-class AppActor(Actor):
-    expected_errors = (RiffleError,)
+class AppActor(Supervisor):
+    """One application; see the module docstring. A ``Supervisor`` of its PartitionActors (temporary
+    children), whose ``receive`` is plain: runtime messages of the supervisor are handed on."""
+
+    mailbox_size = 10_000
+    expected_errors = (RiffleError, ChildStartError)
 
     def __init__(self, app_id: str, *, clock: Clock, heartbeat_timeout_s: float, memory: ActorRef,
-                 spill: ActorRef, single_buffer_spill_bytes: int | None, huge_threshold_bytes: int | None = None,
-                 huge_spill_bytes: int | None = None):
+                 spill: ActorRef, single_buffer_spill_bytes: int | None,
+                 huge_threshold_bytes: int | None = None, huge_spill_bytes: int | None = None):
+        # no restarts below: a partition actor that ends is never replaced (see the module docstring)
+        super().__init__(f"app:{app_id}", max_restarts=0, within_s=1.0, clock=clock)
         self.state = AppState(app_id, clock, heartbeat_timeout_s)
         self.app_id = app_id
         self.memory = memory
         self.spill = spill
-        self.single_buffer_spill_bytes = single_buffer_spill_bytes
-        self.huge_threshold_bytes = huge_threshold_bytes
-        self.huge_spill_bytes = huge_spill_bytes
-        # (shuffle, partition, flight) -> futures waiting for that flight (finishShuffle, shutdown)
-        self._flight_waiters: dict[tuple[int, int, int], list[asyncio.Future]] = {}
+        self.limits = SpillLimits(single_buffer_spill_bytes, huge_threshold_bytes, huge_spill_bytes)
+        self._contexts: dict[int, PartitionContext] = {}  # shuffle id -> its incarnation's context
+        self._to_start: deque[tuple[int, int, PartitionEntry]] = deque()
+        self._starter: asyncio.Task[None] | None = None
+        self._sends: set[SendTicket] = set()  # tickets not settled yet, released on stop
         self._lane = SliceLane()  # reports and shuffle results, see the module docstring
+        self.partition_actors_started = 0
         self.log = logger.bind(app_id=app_id)
 
-    def receive(self, msg: AppMsg):
+    async def on_start(self) -> None:
+        await super().on_start()
+        self._loop = asyncio.get_running_loop()
+
+    def receive(self, msg: AppMsg) -> Any:
         state = self.state
         match msg:
-            case SpillCompleted():
-                self._complete_flight(msg)
-                return None
             case IsExpired():
                 return state.is_expired()
             case GetAppInfo():
                 return self._info()
             case GetSpillCandidates():
-                return [(p.buffer.staging_bytes, sid, pid)
-                        for sid, s in state.shuffles.items() for pid, p in s.partitions.items()
-                        if p.buffer.staging_bytes]
+                return [(e.figures.staging_bytes, sid, pid)
+                        for sid, s in state.shuffles.items() for pid, e in s.partitions.items()
+                        if e.figures.staging_bytes]
             case SpillPartitions(keys=keys):
-                scheduled = 0
-                for sid, pid in keys:
-                    shuffle = state.shuffles.get(sid)
-                    p = shuffle.partitions.get(pid) if shuffle else None
-                    if p is not None:
-                        scheduled += self._spill(sid, pid, p)
-                return scheduled
+                return self._spill_partitions(keys)
             case SpillAll():
-                return self._spill_and_wait(None)
+                return self._flush(None)
             case PurgeShuffle(shuffle_id=sid):
                 # no app check: an expired app may still drop a shuffle
                 self._purge_shuffle(sid)
@@ -224,20 +292,30 @@ class AppActor(Actor):
                     state.properties = dict(msg.properties)
                 state.register_shuffle(msg.shuffle_id, msg.ranges, msg.local_order)
                 return None
+            case Terminated(ref=ref, reason=reason):
+                if reason is not None:  # a partition actor crashed: its memory is lost, so is the app
+                    raise PartitionCrashedError(f"partition actor {ref.name} crashed: {reason!r}") from reason
+                return None  # stopped by its purge
+            case (GetMemoryData() | GetPartitionDisks() | ReportShuffleResult() | GetShuffleResult()
+                  | Heartbeat() | CommitShuffleTask() | FinishShuffle()):
+                pass
+            case _:
+                return self._supervise(msg)  # the runtime's own supervisor messages
         # every other message is subject to the app check
         state.check_alive()
         state.touch()
         match msg:
             case GetMemoryData():
-                shuffle = state.shuffles.get(msg.shuffle_id)
-                p = shuffle.partitions.get(msg.partition_id) if shuffle else None
-                if p is None:
+                entry = self._entry(msg.shuffle_id, msg.partition_id)
+                if entry is None or (entry.ref is None and entry.pending is None):
                     return []
-                return p.buffer.read(msg.last_block_id, msg.read_buffer_size, msg.task_filter)
+                reply: asyncio.Future[list[Block]] = self._loop.create_future()
+                self._deliver(msg.shuffle_id, msg.partition_id, entry, ReadPart(
+                    msg.last_block_id, msg.read_buffer_size, msg.task_filter, reply))
+                return reply
             case GetPartitionDisks(shuffle_id=sid, partition_id=pid):
-                shuffle = state.shuffles.get(sid)
-                p = shuffle.partitions.get(pid) if shuffle else None
-                return tuple(p.disks) if p else ()
+                entry = self._entry(sid, pid)
+                return entry.figures.disks if entry is not None else ()
             case ReportShuffleResult(shuffle_id=sid, partition_to_block_ids=p2b):
                 return self._lane.submit(state.report_steps(sid, p2b))
             case GetShuffleResult(shuffle_id=sid, partition_ids=pids):
@@ -250,153 +328,210 @@ class AppActor(Actor):
                 return shuffle.commit_count
             case FinishShuffle(shuffle_id=sid):
                 state.shuffle(sid)
-                return self._spill_and_wait(sid)
-            case _:
-                raise InvalidRequestError(f"unexpected message {type(msg).__name__}")
+                return self._flush(sid)
+        raise InvalidRequestError(f"unexpected message {type(msg).__name__}")
 
-    def _append(self, msg: AppendBlocks) -> int:
-        """Append a send's blocks; returns the budget bytes accepted (duplicates are dropped)."""
+    async def _supervise(self, msg: Any) -> Any:
+        try:
+            return await Supervisor.receive(self, msg)
+        except TypeError:
+            raise InvalidRequestError(f"unexpected message {type(msg).__name__}") from None
+
+    # ------------------------------------------------------------- routing
+    def _entry(self, shuffle_id: int, partition_id: int) -> PartitionEntry | None:
+        shuffle = self.state.shuffles.get(shuffle_id)
+        return shuffle.partitions.get(partition_id) if shuffle is not None else None
+
+    def _deliver(self, shuffle_id: int, partition_id: int, entry: PartitionEntry, msg: Any) -> None:
+        """Hand ``msg`` to the partition's actor, starting it on its first message."""
+        ref = entry.ref
+        if ref is not None:
+            try:
+                ref.tell_nowait(msg)
+            except MailboxFullError:
+                abandon(msg, NoBufferError(f"partition {partition_id} of shuffle {shuffle_id} is busy; "
+                                           f"retry"))
+            except ActorDeadError:  # it crashed: this actor learns it from its Terminated next
+                abandon(msg, InternalError(f"partition {partition_id} of shuffle {shuffle_id} was lost"))
+            return
+        if entry.pending is not None:
+            entry.pending.append(msg)
+            return
+        entry.pending = [msg]
+        self._to_start.append((shuffle_id, partition_id, entry))
+        if self._starter is None:
+            self._starter = self.spawn(self._start_partitions())
+
+    async def _start_partitions(self) -> None:
+        """Start the partition actors asked for, one after another, and hand them their waiting messages."""
+        try:
+            while self._to_start:
+                sid, pid, entry = self._to_start.popleft()
+                shuffle = self.state.shuffles.get(sid)
+                if shuffle is None or shuffle.partitions.get(pid) is not entry:
+                    continue  # purged meanwhile; the purge settled the waiting messages
+                ctx = self._context(shuffle)
+                spec = ChildSpec(f"part:{self.app_id}/{sid}.{shuffle.epoch}/{pid}",
+                                 partial(PartitionActor, ctx, pid, entry.figures), RestartPolicy.TEMPORARY)
+                ref = await self.start_child(spec)  # a failure crashes this actor: the app is purged
+                ref.watch(self.ref)
+                self.partition_actors_started += 1
+                if self.state.shuffles.get(sid) is not shuffle:
+                    ref.tell_nowait(PURGE)  # purged while it started: it holds nothing, it just stops
+                    continue
+                entry.ref = ref
+                pending, entry.pending = entry.pending or [], None
+                for msg in pending:
+                    self._deliver(sid, pid, entry, msg)
+        finally:
+            self._starter = None
+
+    def _context(self, shuffle: ShuffleState) -> PartitionContext:
+        ctx = self._contexts.get(shuffle.shuffle_id)
+        if ctx is None or ctx.epoch != shuffle.epoch:
+            ctx = self._contexts[shuffle.shuffle_id] = PartitionContext(
+                self.app_id, shuffle.shuffle_id, shuffle.epoch, shuffle.local_order, self.limits, self.memory,
+                self.spill, self._sends)
+        return ctx
+
+    def _live_entries(self, shuffle_id: int | None) -> list[tuple[int, int, PartitionEntry]]:
+        """Partitions with an actor (running or starting), of one shuffle or of the app."""
+        return [(sid, pid, e) for sid, s in self.state.shuffles.items()
+                if shuffle_id is None or sid == shuffle_id
+                for pid, e in s.partitions.items() if e.ref is not None or e.pending is not None]
+
+    # ------------------------------------------------------------- writes
+    def _append(self, msg: AppendBlocks) -> int | asyncio.Future[int]:
+        """Check the whole send, then one ``AppendPart`` per partition; replies the budget bytes accepted."""
+        ticket = msg.ticket
+        if ticket is None:
+            ticket = SendTicket(self.memory, self.app_id, msg.ticket_size)
         state = self.state
         sid = msg.shuffle_id
-        accepted = 0
-        appended: list[tuple[int, PartitionState]] = []
         try:
             state.check_alive()
             state.touch()
             shuffle = state.shuffle(sid)
-            # resolve every partition first: a NO_REGISTER must not leave half a request behind
-            targets = [(pid, shuffle.partition(pid), blocks) for pid, blocks in msg.partitions]
-            for pid, _p, blocks in targets:
+            # every check before any partition sees the request: an error must not leave half of it behind
+            for pid, blocks in msg.partitions:
+                if not shuffle.is_registered(pid):
+                    raise NoRegisterError(f"partition {pid} of shuffle {sid} is not registered")
                 for b in blocks:
                     if b.block_id < 0:  # not a Java block id; it would also break the id bitmaps
                         raise InvalidRequestError(f"partition {pid}: negative blockId {b.block_id}")
-            for pid, p, blocks in targets:
-                accepted += p.buffer.append(blocks)
-                appended.append((pid, p))
-            state.received_bytes += accepted
-        finally:
-            # the ticket becomes used memory here, in this actor, so the MemoryManager sees it
-            # before the MarkInFlight of a spill of these blocks and before any purge of the app
-            self.memory.tell_nowait(CommitTicket(app_id=self.app_id, ticket_size=msg.ticket_size, used=accepted))
-        for pid, p in appended:
-            limit = self._spill_limit(p)
-            if limit is not None and p.buffer.staging_bytes >= limit:
-                self._spill(sid, pid, p)
-        return accepted
+        except BaseException:
+            ticket.release_rest()
+            raise
+        parts = [(pid, blocks) for pid, blocks in msg.partitions if blocks]
+        if not parts:
+            ticket.release_rest()
+            return 0
+        reply = ticket.expect(self._loop.create_future(), len(parts), self._sends)
+        for pid, blocks in parts:
+            self._deliver(sid, pid, shuffle.partition(pid), AppendPart(blocks, ticket))
+        return reply
 
     def _check_huge(self, msg: CheckHugePartitions) -> None:
-        """Partition-limit backpressure (Riffle's huge partitions); the memory figures are this actor's."""
+        """Partition-limit backpressure (Riffle's huge partitions), from the size table."""
         shuffle = self.state.shuffles.get(msg.shuffle_id)
         if shuffle is None:
             return
         for pid in msg.partition_ids:
-            p = shuffle.partitions.get(pid)
-            if p is None or not p.huge or p.buffer.memory_bytes <= msg.limit_bytes:
+            entry = shuffle.partitions.get(pid)
+            if entry is None:
                 continue
-            if not p.buffer.in_flight_bytes:
+            f = entry.figures
+            if not f.huge or f.memory_bytes <= msg.limit_bytes:
+                continue
+            if not f.in_flight_bytes:
                 # nothing on its way to disk: spill the staging now, or the partition would stay
                 # above the limit (its buffer may be below the huge spill size) and never drain
-                self._spill(msg.shuffle_id, pid, p)
+                self._deliver(msg.shuffle_id, pid, entry, SpillPart())
             raise HugePartitionBackpressureError(
-                f"partition {pid} of shuffle {msg.shuffle_id} is huge ({p.buffer.total_bytes} bytes received) and "
-                f"holds {p.buffer.memory_bytes} bytes in memory, more than {msg.limit_bytes} "
+                f"partition {pid} of shuffle {msg.shuffle_id} is huge ({f.total_bytes} bytes received) and "
+                f"holds {f.memory_bytes} bytes in memory, more than {msg.limit_bytes} "
                 f"(partition_limit_memory_backpressure_ratio of capacity); retry later")
 
     # ------------------------------------------------------------- spills
-    def _spill_limit(self, p: PartitionState) -> int | None:
-        if not p.huge and self.huge_threshold_bytes is not None and p.buffer.total_bytes > self.huge_threshold_bytes:
-            p.huge = True
-            self.log.warning("partition is huge: {} bytes received", p.buffer.total_bytes)
-        if p.huge and self.huge_spill_bytes is not None:
-            return self.huge_spill_bytes
-        return self.single_buffer_spill_bytes
-
-    def _spill(self, shuffle_id: int, partition_id: int, p: PartitionState) -> int:
-        flight = p.buffer.start_flight()
-        if flight is None:
+    def _spill_partitions(self, keys: Iterable[tuple[int, int]]) -> int | asyncio.Future[int]:
+        """A watermark round's choice: the reply is the budget bytes put in flight, once they are."""
+        targets = []
+        for sid, pid in keys:
+            entry = self._entry(sid, pid)
+            if entry is not None and entry.figures.staging_bytes and (entry.ref is not None or entry.pending):
+                targets.append((sid, pid, entry))
+        if not targets:
             return 0
-        blocks = flight.blocks
-        if self.state.shuffles[shuffle_id].local_order:
-            blocks = tuple(sorted(blocks, key=lambda b: b.task_attempt_id))
-        # tell_nowait: both mailboxes are sized for every in-flight batch of the server
-        self.memory.tell_nowait(MarkInFlight(app_id=self.app_id, size=flight.size))
-        self.spill.tell_nowait(SpillJob(app_id=self.app_id, shuffle_id=shuffle_id, partition_id=partition_id,
-                                       flight_id=flight.flight_id, blocks=blocks,
-                                       preferred_disk=p.current_disk, reply_to=self.ref,
-                                       epoch=self.state.shuffles[shuffle_id].epoch))
-        return flight.size
+        join = Join(self._loop.create_future(), len(targets))
+        for sid, pid, entry in targets:
+            self._deliver(sid, pid, entry, SpillPart(join))
+        return join.future
 
-    def _complete_flight(self, done: SpillCompleted) -> None:
-        shuffle = self.state.shuffles.get(done.shuffle_id)
-        if shuffle is None or shuffle.epoch != done.epoch:
-            return  # shuffle purged meanwhile (maybe registered again): the purge released its memory
-        p = shuffle.partitions.get(done.partition_id)
-        if p is None:
-            return
-        if done.disk is not None:
-            if done.disk not in p.disks:
-                p.disks.append(done.disk)
-            p.disk_bytes += done.data_bytes
-        size = p.buffer.complete_flight(done.flight_id)
-        if size:
-            self.memory.tell_nowait(ReleaseMemory(app_id=self.app_id, size=size, was_in_flight=True))
-        for fut in self._flight_waiters.pop((done.shuffle_id, done.partition_id, done.flight_id), ()):
-            if not fut.done():
-                fut.set_result(None)
-
-    def _spill_and_wait(self, shuffle_id: int | None):
-        """Spill every buffer of one shuffle (or of the app) and reply when all flights are on disk."""
-        loop = asyncio.get_running_loop()
-        waiters = []
-        for sid, shuffle in self.state.shuffles.items():
-            if shuffle_id is not None and sid != shuffle_id:
-                continue
-            for pid, p in shuffle.partitions.items():
-                self._spill(sid, pid, p)
-                for fid in p.buffer.in_flight_ids():
-                    fut = loop.create_future()
-                    self._flight_waiters.setdefault((sid, pid, fid), []).append(fut)
-                    waiters.append(fut)
-        if not waiters:
+    def _flush(self, shuffle_id: int | None) -> asyncio.Future[int] | None:
+        """Spill every partition of one shuffle (or of the app); reply when all batches are on disk."""
+        targets = self._live_entries(shuffle_id)
+        if not targets:
             return None
-        return asyncio.gather(*waiters)  # a future: the reply comes later, the mailbox keeps flowing
+        join = Join(self._loop.create_future(), len(targets))
+        for sid, pid, entry in targets:
+            self._deliver(sid, pid, entry, FlushPart(join))
+        return join.future  # a future: the reply comes later, the mailbox keeps flowing
 
-    def _purge_shuffle(self, shuffle_id: int) -> int:
-        shuffle = self.state.shuffles.pop(shuffle_id, None)
+    def _purge_shuffle(self, shuffle_id: int) -> None:
+        """Drop the shuffle: each partition actor releases its memory (after what is queued) and stops."""
+        shuffle = self.state.drop_shuffle(shuffle_id)
+        self._contexts.pop(shuffle_id, None)
         if shuffle is None:
-            return 0
-        staging, in_flight = shuffle.memory_bytes()
-        if staging:
-            self.memory.tell_nowait(ReleaseMemory(app_id=self.app_id, size=staging, was_in_flight=False))
-        if in_flight:
-            self.memory.tell_nowait(ReleaseMemory(app_id=self.app_id, size=in_flight, was_in_flight=True))
-        for key in [k for k in self._flight_waiters if k[0] == shuffle_id]:
-            for fut in self._flight_waiters.pop(key):
-                if not fut.done():
-                    fut.set_result(None)
-        return staging + in_flight
+            return
+        gone = NoRegisterError(f"shuffle {shuffle_id} of app {self.app_id} was unregistered")
+        for entry in shuffle.partitions.values():
+            if entry.ref is not None:
+                try:
+                    entry.ref.tell_nowait(PURGE)
+                except MailboxFullError:
+                    self.spawn(self._tell_later(entry.ref, PURGE))
+                except ActorDeadError:
+                    pass  # crashed: the app's purge (which its crash causes) releases its memory
+            elif entry.pending is not None:
+                for msg in entry.pending:
+                    abandon(msg, gone)
+                entry.pending = None
+
+    @staticmethod
+    async def _tell_later(ref: ActorRef, msg: Any) -> None:
+        try:
+            await ref.tell(msg)
+        except ActorDeadError:
+            pass
 
     async def on_stop(self) -> None:
-        for futs in self._flight_waiters.values():
-            for fut in futs:
-                if not fut.done():
-                    fut.set_exception(ActorDeadError(f"app {self.app_id} stopped"))
-        self._flight_waiters.clear()
+        # the partition actors are stopped already (children stop first): what their queues held
+        # will never be processed, so the reservations not used yet go back now, before the purge
+        for ticket in list(self._sends):
+            ticket.release_rest()
+        self._sends.clear()
 
+    # ------------------------------------------------------------- figures
     def _info(self) -> AppInfo:
         s = self.state
         staging, in_flight = s.memory_bytes()
         shuffles = {}
+        actors = 0
         for sid, sh in s.shuffles.items():
+            figures = [e.figures for e in sh.partitions.values()]
+            running = sum(1 for e in sh.partitions.values() if e.ref is not None or e.pending is not None)
+            actors += running
             shuffles[sid] = {
                 "ranges": sh.range_count,
                 "partitions": len(sh.partitions),
-                "memory_bytes": sum(p.buffer.memory_bytes for p in sh.partitions.values()),
-                "disk_bytes": sum(p.disk_bytes for p in sh.partitions.values()),
-                "received_bytes": sum(p.buffer.total_bytes for p in sh.partitions.values()),
+                "partition_actors": running,
+                "memory_bytes": sum(f.memory_bytes for f in figures),
+                "disk_bytes": sum(f.disk_bytes for f in figures),
+                "received_bytes": sum(f.total_bytes for f in figures),
                 "reported_partitions": len(sh.reported),
-                "disks": sorted({d for p in sh.partitions.values() for d in p.disks}),
-                "huge_partitions": sum(1 for p in sh.partitions.values() if p.huge),
+                "disks": sorted({d for f in figures for d in f.disks}),
+                "huge_partitions": sum(1 for f in figures if f.huge),
             }
         return AppInfo(s.app_id, s.user, s.registered_epoch_ms, s.clock.monotonic() - s.last_seen_monotonic,
-                       shuffles, s.partition_count(), staging + in_flight, in_flight, s.received_bytes)
+                       shuffles, s.partition_count(), staging + in_flight, in_flight, s.received_bytes(),
+                       actors)

@@ -1,9 +1,12 @@
-"""AppState: everything one application owns on this server (owned by its AppActor).
+"""AppState: the app-level bookkeeping of one application on this server (owned by its AppActor).
 
-Per app: registered shuffles with their partition ranges, one ``PartitionBuffer`` per
-partition that received data, the partition's disks (where its spilled files live, in the
-order they were first used), reported block ids per partition, commit counters and the
-last time the app was seen. Pure and synchronous; time comes from an injected clock.
+Per app: registered shuffles with their partition ranges and incarnation epochs, the size
+table of their partitions (one ``PartitionEntry`` per partition that received data: the
+routing slot of its PartitionActor and the ``PartitionFigures`` that actor keeps current),
+reported block ids per partition, commit counters, the byte figures of ``/apps`` and the last
+time the app was seen. A partition's blocks, de-duplication and spills are not here: they
+belong to its PartitionActor (``riffle_actors.state.partition``). Pure and synchronous; time
+comes from an injected clock.
 
 The two operations whose cost grows with a shuffle's size, ``report`` and
 ``shuffle_result``, also exist as *steps* (``report_steps``, ``shuffle_result_steps``):
@@ -12,7 +15,7 @@ generators that do a bounded amount of work per ``next()`` (at most ``_IDS_PER_C
 the event loop a turn between steps (``riffle_actors.runtime.slicing``); ``drain`` runs them in
 one go, which is exactly what ``report`` and ``shuffle_result`` do.
 
-See also: ``riffle_actors.state.buffer`` (one partition's memory), ``riffle_actors.actors.app``.
+See also: ``riffle_actors.state.partition`` (one partition's memory), ``riffle_actors.actors.app``.
 """
 
 from __future__ import annotations
@@ -20,14 +23,13 @@ from __future__ import annotations
 import bisect
 from array import array
 from collections.abc import Generator, Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from riffle_actors.runtime.clock import Clock
+from riffle_actors.runtime import Clock
 from riffle_actors.errors import InvalidRequestError, NoRegisterError
 from riffle_actors.protocol.bitmap import BlockIdSet, id_array, union_serialize_steps
 from riffle_actors.protocol.errors import ProtocolError
-from riffle_actors.state.buffer import PartitionBuffer
+from riffle_actors.state.partition import PartitionFigures
 
 T = TypeVar("T")
 
@@ -59,16 +61,20 @@ def drain(steps: Generator[None, None, T]) -> T:
         return done.value
 
 
-@dataclass(slots=True)
-class PartitionState:
-    buffer: PartitionBuffer = field(default_factory=PartitionBuffer)
-    disks: list[str] = field(default_factory=list)  # where spilled files live, first use first
-    huge: bool = False
-    disk_bytes: int = 0  # block bytes acknowledged on disk (all of this partition's files)
+class PartitionEntry:
+    """A partition's line in the app's size table.
 
-    @property
-    def current_disk(self) -> str | None:
-        return self.disks[-1] if self.disks else None
+    ``figures`` is written by the partition's actor only (``PartitionState``); ``ref`` and
+    ``pending`` by the AppActor only: the actor once started, and until then the messages
+    waiting for it (None when no start is under way).
+    """
+
+    __slots__ = ("figures", "ref", "pending")
+
+    def __init__(self) -> None:
+        self.figures = PartitionFigures()
+        self.ref: Any = None
+        self.pending: list[Any] | None = None
 
 
 class ShuffleState:
@@ -83,7 +89,7 @@ class ShuffleState:
         self.epoch = epoch
         self._starts: list[int] = []
         self._ends: list[int] = []
-        self.partitions: dict[int, PartitionState] = {}
+        self.partitions: dict[int, PartitionEntry] = {}
         self.reported: dict[int, BlockIdSet] = {}
         self.commit_count = 0
         self.local_order = local_order
@@ -101,13 +107,13 @@ class ShuffleState:
         i = bisect.bisect_right(self._starts, partition_id) - 1
         return i >= 0 and partition_id <= self._ends[i]
 
-    def partition(self, partition_id: int) -> PartitionState:
-        """The partition's state, created on first use; NO_REGISTER if its range is unknown."""
+    def partition(self, partition_id: int) -> PartitionEntry:
+        """The partition's entry, created on first use; NO_REGISTER if its range is unknown."""
         p = self.partitions.get(partition_id)
         if p is None:
             if not self.is_registered(partition_id):
                 raise NoRegisterError(f"partition {partition_id} of shuffle {self.shuffle_id} is not registered")
-            p = self.partitions[partition_id] = PartitionState()
+            p = self.partitions[partition_id] = PartitionEntry()
         return p
 
     @property
@@ -118,9 +124,12 @@ class ShuffleState:
         """(staging bytes, in-flight bytes) over all partitions."""
         staging = in_flight = 0
         for p in self.partitions.values():
-            staging += p.buffer.staging_bytes
-            in_flight += p.buffer.in_flight_bytes
+            staging += p.figures.staging_bytes
+            in_flight += p.figures.in_flight_bytes
         return staging, in_flight
+
+    def received_bytes(self) -> int:
+        return sum(p.figures.total_bytes for p in self.partitions.values())
 
 
 class AppState:
@@ -133,7 +142,7 @@ class AppState:
         self.registered_epoch_ms = int(clock.time() * 1000)
         self.user = ""
         self.properties: dict[str, str] = {}
-        self.received_bytes = 0
+        self.purged_received_bytes = 0  # received by shuffles purged since
         self.last_epoch = 0  # epoch of the newest ShuffleState; epochs count from 1
 
     # ------------------------------------------------------------- liveness
@@ -156,6 +165,17 @@ class AppState:
             shuffle = self.shuffles[shuffle_id] = ShuffleState(shuffle_id, local_order, self.last_epoch)
         for start, end in ranges:
             shuffle.add_range(start, end)
+
+    def drop_shuffle(self, shuffle_id: int) -> ShuffleState | None:
+        """Forget a shuffle (its purge); the caller releases what its partitions hold."""
+        shuffle = self.shuffles.pop(shuffle_id, None)
+        if shuffle is not None:
+            self.purged_received_bytes += shuffle.received_bytes()
+        return shuffle
+
+    def received_bytes(self) -> int:
+        """Bytes accepted from clients over the app's life (duplicates not counted)."""
+        return self.purged_received_bytes + sum(s.received_bytes() for s in self.shuffles.values())
 
     def shuffle(self, shuffle_id: int) -> ShuffleState:
         s = self.shuffles.get(shuffle_id)

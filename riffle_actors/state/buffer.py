@@ -14,6 +14,8 @@ memory sequence S (flights by ascending id, then staging) is sorted by it; the
 ``lastBlockId`` cursor therefore finds its position with one dict lookup and a bisect.
 
 Sizes are counted as Uniffle counts them: ``len(data) + 32`` per block.
+
+See also: ``riffle_actors.state.partition`` (the partition logic around it, owned by a PartitionActor).
 """
 
 from __future__ import annotations
@@ -75,14 +77,19 @@ class PartitionBuffer:
     # ------------------------------------------------------------------ writes
     def append(self, blocks: Iterable[Block]) -> int:
         """Append blocks in order, dropping ids seen before; returns the budget bytes accepted."""
+        return self.append_blocks(blocks)[0]
+
+    def append_blocks(self, blocks: Iterable[Block]) -> tuple[int, int]:
+        """``append``, also counting what was dropped: (accepted, dropped) budget bytes."""
         seen = self._seen_ids
         seq_of = self._seq_of
         staging = self._staging.blocks
         seq = self._next_seq
-        accepted = 0
+        accepted = dropped = 0
         for block in blocks:
             bid = block.block_id
             if bid in seen:
+                dropped += len(block.data) + BLOCK_OVERHEAD_BYTES
                 continue
             seen.add(bid)
             seq_of[bid] = seq
@@ -93,7 +100,7 @@ class PartitionBuffer:
         self._next_seq = seq
         self.staging_bytes += accepted
         self.total_bytes += accepted
-        return accepted
+        return accepted, dropped
 
     def start_flight(self) -> Flight | None:
         """Move the whole staging list into a new in-flight batch (None if staging is empty)."""

@@ -54,7 +54,7 @@ async def _witness_check(server: ShuffleServer, client: UniffleClient) -> AsyncI
     for p in range(3):
         assert_read_matches(await client.read_partition(witness, 7, p, ids),
                             [b for b in blocks if b.partition_id == p])
-    assert (await server.health())["status"] == "HEALTHY"
+    assert (await server.admin.health()).to_json()["status"] == "HEALTHY"
     for app_id in list(server.directory):
         await client.unregister_app(app_id)
     await wait_server_clean(server)
@@ -125,7 +125,7 @@ async def test_register_shuffle_is_idempotent(server: ShuffleServer, client: Uni
     resp = await stub.registerShuffle(pb.ShuffleRegisterRequest(
         appId=APP, shuffleId=1, partitionRanges=[pb.ShufflePartitionRange(start=0, end=9)]))
     assert resp.status == S.SUCCESS
-    apps = await server.apps()
+    apps = await server.admin.apps()
     assert [a["app_id"] for a in apps] == [APP]
     assert apps[0]["user"] == "tester"
     assert set(apps[0]["shuffles"]) == {0, 1}
@@ -301,7 +301,7 @@ async def test_send_negative_block_id_is_rejected(server: ShuffleServer, client:
     assert resp.status == S.INVALID_REQUEST
     await poll_until(lambda: budget_figures(server) == (require_size(kept), 0, 0))
     assert seg_ids(await stub.getMemoryShuffleData(memory_req(2))) == []  # nothing of the request kept
-    assert not await server.history()  # the app was not purged
+    assert not await server.admin.history()  # the app was not purged
     ids = await client.get_shuffle_result(APP, 0, [0])
     assert_read_matches(await client.read_partition(APP, 0, 0, ids), kept)
 
@@ -430,7 +430,7 @@ async def test_shuffle_result_errors(server: ShuffleServer, client: UniffleClien
         appId=APP, shuffleId=0, partitions=[0, 1]))
     assert resp.status == S.SUCCESS and len(deserialize_block_ids(resp.serializedBitmap)) == 0
     assert (await stub.appHeartbeat(pb.AppHeartBeatRequest(appId=APP))).status == S.SUCCESS
-    assert not await server.history()
+    assert not await server.admin.history()
 
 
 # ---------------------------------------------------------------------------- getMemoryShuffleData
@@ -599,7 +599,7 @@ async def test_finish_shuffle_puts_everything_on_disk(server: ShuffleServer, cli
         assert seg_ids(await stub.getMemoryShuffleData(memory_req(p))) == []
     # shuffle 1 was not asked to finish: still in memory
     assert budget_figures(server)[0] == require_size(other)
-    (app,) = await server.apps()
+    (app,) = await server.admin.apps()
     assert app["shuffles"][0]["disk_bytes"] == sum(len(b.data) for b in blocks)
     assert app["shuffles"][1]["disk_bytes"] == 0 and app["disk_bytes"] == app["shuffles"][0]["disk_bytes"]
     assert seg_ids(await stub.getMemoryShuffleData(memory_req(0, shuffle_id=1))) == [b.block_id for b in other]
@@ -697,7 +697,7 @@ async def test_unregister_app_removes_memory_and_files(server: ShuffleServer, cl
     resp = await stub.unregisterShuffleByAppId(pb.ShuffleUnregisterByAppIdRequest(appId=APP))
     assert resp.status == S.SUCCESS
     await wait_server_clean(server, APP)
-    history = await server.history()
+    history = await server.admin.history()
     assert history[-1]["app_id"] == APP and history[-1]["reason"] == "unregistered by client"
     for resp in (await stub.requireBuffer(pb.RequireBufferRequest(requireSize=1, appId=APP, shuffleId=0)),
                  await stub.getMemoryShuffleData(memory_req(0)),

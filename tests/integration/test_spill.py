@@ -19,7 +19,7 @@ import grpc
 import pytest
 
 from riffle_actors.actors.spill import DiskHealthChanged, GetSpillStats
-from riffle_actors.runtime.clock import ManualClock
+from riffle_actors.runtime import ManualClock
 from riffle_actors.io import localfile
 from riffle_actors.protocol.index import decode_index
 from riffle_actors.protocol.proto import uniffle_pb2 as pb
@@ -206,7 +206,7 @@ async def test_cancelled_sends_keep_the_accounting_exact(server_factory, manual_
         assert cancelled > 0
 
         async def used_matches_buffers() -> bool:
-            apps = await srv.apps()
+            apps = await srv.admin.apps()
             return srv.budget.used == apps[0]["memory_bytes"] and srv.budget.in_flight == 0
 
         await poll_until(used_matches_buffers)
@@ -319,7 +319,7 @@ async def test_app_heartbeat_expiry_purges_the_app(server_factory, manual_clock:
         await poll_until(lambda: srv.budget.used_by_app(silent) == 0 and not app_dirs(srv, silent)
                          and len(srv.tickets) == 0)
         assert srv.budget.allocated == 0
-        history = await srv.history()
+        history = await srv.admin.history()
         assert [h["reason"] for h in history if h["app_id"] == silent] == ["heartbeat timeout"]
         resp = await client.stub.appHeartbeat(pb.AppHeartBeatRequest(appId=silent))
         assert resp.status == pb.NO_REGISTER

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from riffle_actors.runtime.clock import ManualClock
+from riffle_actors.runtime import ManualClock
 from riffle_actors.errors import InvalidRequestError, NoRegisterError
 from riffle_actors.protocol.bitmap import MAX_ID, BlockIdSet, id_array, union_serialize_steps
 from riffle_actors.protocol.blockid import SPARK_DEFAULT
