@@ -62,6 +62,7 @@ from riffle_actors.state.disk_health import DiskHealthBoard, DiskStatus, HealthP
 from riffle_actors.state.tickets import TicketBook
 from riffle_actors.transport.grpc_server import ShuffleServerServicer, start_grpc_server
 from riffle_actors.transport.http_server import start_http_server
+from riffle_actors.transport.urpc_server import UrpcServer
 
 
 class ShuffleServer:
@@ -79,6 +80,8 @@ class ShuffleServer:
         self.tickets = TicketBook(self.clock, cfg.memory_store.buffer_ticket_timeout_sec)
         self.grpc_port = 0
         self.http_port = 0
+        self.urpc_port = 0  # 0 = urpc off
+        self._urpc: UrpcServer | None = None
         self.start_time_ms = int(time.time() * 1000)
         self.escalated: BaseException | None = None
         self._grpc = None
@@ -172,10 +175,18 @@ class ShuffleServer:
         self._grpc, self.grpc_port = await start_grpc_server(ShuffleServerServicer(self.service, self.metrics),
                                                              cfg.grpc_bind_address, cfg.grpc_port,
                                                              cfg.grpc_max_message_size)
+        if cfg.urpc_port is not None:
+            uc = cfg.urpc_config
+            self._urpc = UrpcServer(self.service, self.metrics, max_frame_bytes=cfg.grpc_max_message_size,
+                                    max_connections=uc.max_connections, max_inflight_bytes=uc.max_inflight_bytes,
+                                    max_requests_per_connection=uc.max_requests_per_connection,
+                                    index_v2=uc.get_index_rpc_version == "V2")
+            self.urpc_port = await self._urpc.start(cfg.urpc_bind_address, cfg.urpc_port)
         self._http, self.http_port = await start_http_server(self, cfg.http_bind_address, cfg.http_port)
         await self._start_heartbeat()
-        logger.info("riffle-server {} listening: grpc {}:{} http {}:{}, memory {} bytes, data paths {}",
+        logger.info("riffle-server {} listening: grpc {}:{} http {}:{}{}, memory {} bytes, data paths {}",
                     __version__, cfg.grpc_bind_address, self.grpc_port, cfg.http_bind_address, self.http_port,
+                    f" urpc {cfg.urpc_bind_address}:{self.urpc_port}" if self._urpc else "",
                     cfg.memory_store.capacity, cfg.localfile_store.data_paths)
 
     async def _start_heartbeat(self) -> None:
@@ -186,7 +197,7 @@ class ShuffleServer:
         from riffle_actors.netaddr import advertised_ip
 
         self.ip = advertised_ip(self.cfg.grpc_bind_address)
-        self.server_id = f"{self.ip}-{self.grpc_port}"
+        self.server_id = f"{self.ip}-{self.grpc_port}" + (f"-{self.urpc_port}" if self.urpc_port else "")
         interval = float(self.cfg.heartbeat_interval_seconds)
         await self.refresh_snapshot()
         self._refresher = asyncio.get_running_loop().create_task(self._refresh_loop(max(1.0, interval / 2)))
@@ -207,6 +218,9 @@ class ShuffleServer:
         if self._grpc is not None:
             await self._grpc.stop(min(grace, 5.0))
             self._grpc = None
+        if self._urpc is not None:
+            await self._urpc.stop(min(grace, 5.0))
+            self._urpc = None
         if grace > 0 and self.budget.used and self.app_manager is not None:
             try:
                 await asyncio.wait_for(self.app_manager.ask(FlushAllApps()), timeout=grace)
@@ -320,7 +334,8 @@ class ShuffleServer:
                                    "OVERUSED" if d.get("status") == DiskStatus.OVERUSED.value else "UNHEALTHY")
                       for d in snap.disks)
         return HeartbeatSnapshot(
-            ip=self.ip, grpc_port=self.grpc_port, http_port=self.http_port, tags=tuple(self.cfg.tags),
+            ip=self.ip, grpc_port=self.grpc_port, http_port=self.http_port, netty_port=self.urpc_port,
+            tags=tuple(self.cfg.tags),
             used_memory=b.used + b.allocated, pre_allocated_memory=b.allocated,
             available_memory=max(0, b.capacity - b.used - b.allocated),
             event_num_in_flush=snap.spill_pending + snap.spill_running,
@@ -347,7 +362,8 @@ async def serve(cfg: ServerConfig, stop_event: asyncio.Event, ports) -> int:
         # would never be freed. (Here only, not in ShuffleServer.start: tests start many servers.)
         gc.collect()
         gc.freeze()
-        ports(grpc_port=server.grpc_port, http_port=server.http_port)
+        ports(grpc_port=server.grpc_port, http_port=server.http_port,
+              **({"urpc_port": server.urpc_port} if server.urpc_port else {}))
         await stop_event.wait()
         logger.info("stopping: flushing memory within {}s", cfg.grace_period_sec)
     finally:
