@@ -126,6 +126,7 @@ class ServerIdentity:
     http_port: int
     tags: tuple[str, ...]
     start_time_ms: int
+    netty_port: int = 0  # the urpc port; 0 = urpc off
 
 
 class AdminService:
@@ -226,7 +227,8 @@ class AdminService:
                                    "OVERUSED" if d.status == DiskStatus.OVERUSED.value else "UNHEALTHY")
                       for d in snap.disks)
         return HeartbeatSnapshot(
-            ip=ident.ip, grpc_port=ident.grpc_port, http_port=ident.http_port, tags=ident.tags,
+            ip=ident.ip, grpc_port=ident.grpc_port, http_port=ident.http_port, netty_port=ident.netty_port,
+            tags=ident.tags,
             used_memory=b.used + b.allocated, pre_allocated_memory=b.allocated,
             available_memory=max(0, b.capacity - b.used - b.allocated),
             event_num_in_flush=snap.spill_pending + snap.spill_running,

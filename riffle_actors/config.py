@@ -232,6 +232,29 @@ class HealthConfig(StrictModel):
     )
 
 
+class UrpcIndexVersion(enum.StrEnum):
+    V1 = "V1"
+    V2 = "V2"
+
+
+class UrpcConfig(StrictModel):
+    """``[urpc_config]``: the Netty data transport (``urpc_port``), served when the client uses GRPC_NETTY."""
+
+    get_index_rpc_version: UrpcIndexVersion = Field(
+        UrpcIndexVersion.V1, description="index response type: V1 (type 14, every client) or V2 (type 23 with "
+                                         "storage ids; 0.10+ clients only, a 0.9 client cannot decode it)")
+    max_connections: int = Field(
+        4096, ge=1, description="open urpc connections; more are closed at once with a logged reason "
+                                "(each executor opens up to rss.client.netty.client.connections.per.peer, 2)")
+    max_inflight_bytes: ByteSize = Field(
+        "256M", ge=1 << 20, description="bytes of large request frames (those above 64K) received and not yet "
+                                        "processed, over all connections; above it connections stop reading "
+                                        "until some are done")
+    max_requests_per_connection: int = Field(
+        64, ge=1, le=4096, description="requests of one connection in progress at once; above it the "
+                                       "connection stops reading until replies are sent")
+
+
 class ServerConfig(StrictModel):
     """The whole ``riffle-server`` TOML file."""
 
@@ -242,8 +265,13 @@ class ServerConfig(StrictModel):
                                "interfaces, :: = all IPv6 (and IPv4) interfaces, 127.0.0.1 = this host only")
     grpc_max_message_size: ByteSize = Field(
         "64M", ge=1 << 20, le=1 << 30,
-        description="largest gRPC request accepted (refused before it is buffered) and largest "
+        description="largest gRPC request and urpc frame accepted (refused before it is buffered) and largest "
                     "getLocalShuffleData read served; the client sends at most 16M per request by default")
+    urpc_port: int | None = Field(
+        None, ge=0, le=65535, description="Netty data port (client type GRPC_NETTY); 0 = any free port, "
+                                          "unset = off")
+    urpc_bind_address: BindAddress = Field(
+        "0.0.0.0", description="address the urpc port listens on (executors must reach it)")
     http_port: int = Field(20010, ge=0, le=65535, description="HTTP port (/metrics, /health, /apps); 0 = any")
     http_bind_address: BindAddress = Field(
         "0.0.0.0", description="address the HTTP port listens on; 127.0.0.1 keeps metrics and listings local")
@@ -254,6 +282,7 @@ class ServerConfig(StrictModel):
     memory_store: MemoryStoreConfig = Field(default_factory=MemoryStoreConfig)
     localfile_store: LocalfileStoreConfig = Field(default_factory=LocalfileStoreConfig)
     hybrid_store: HybridStoreConfig = Field(default_factory=HybridStoreConfig)
+    urpc_config: UrpcConfig = Field(default_factory=UrpcConfig)
     app_config: AppConfig = Field(default_factory=AppConfig)
     health: HealthConfig = Field(default_factory=HealthConfig)
     log: LogConfig = Field(default_factory=LogConfig)

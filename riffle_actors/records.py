@@ -2,7 +2,8 @@
 
 This module owns the shape of one shuffle block as the server keeps it. A ``Block`` is
 created once per received block (a NamedTuple: cheap to build, immutable) and is never
-copied afterwards: ``data`` stays the ``bytes`` object the transport decoded.
+copied afterwards: ``data`` stays the ``bytes`` object the transport decoded (gRPC) or a
+read-only ``memoryview`` slice of the frame it arrived in (urpc).
 
 See also: ``riffle_actors.protocol.index`` (the 40-byte on-disk record of a block).
 """
@@ -20,4 +21,4 @@ class Block(NamedTuple):
     uncompress_length: int
     crc: int
     task_attempt_id: int
-    data: bytes
+    data: bytes | memoryview

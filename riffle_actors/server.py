@@ -67,6 +67,7 @@ from riffle_actors.state.tickets import TicketBook
 from riffle_actors.transport.coordinator_client import GrpcCoordinatorLink
 from riffle_actors.transport.grpc_server import ShuffleServerServicer, start_grpc_server
 from riffle_actors.transport.http_server import start_http_server
+from riffle_actors.transport.urpc_server import UrpcServer
 
 
 class ShuffleServer:
@@ -84,6 +85,8 @@ class ShuffleServer:
         self.tickets = TicketBook(self.clock, cfg.memory_store.buffer_ticket_timeout_sec)
         self.grpc_port = 0
         self.http_port = 0
+        self.urpc_port = 0  # 0 = urpc off
+        self._urpc: UrpcServer | None = None
         self.start_time_ms = int(self.clock.time() * 1000)
         self.escalated: BaseException | None = None
         self._grpc = None
@@ -185,18 +188,27 @@ class ShuffleServer:
             rules=HealthRules(min_available_disks=ls.min_number_of_available_disks,
                               memory_stuck_s=cfg.health.memory_stuck_above_high_watermark_sec),
             escalated=lambda: self.escalated)
+        if cfg.urpc_port is not None:
+            uc = cfg.urpc_config
+            self._urpc = UrpcServer(self.service, self.metrics, max_frame_bytes=cfg.grpc_max_message_size,
+                                    max_connections=uc.max_connections, max_inflight_bytes=uc.max_inflight_bytes,
+                                    max_requests_per_connection=uc.max_requests_per_connection,
+                                    index_v2=uc.get_index_rpc_version == "V2")
+            self.urpc_port = await self._urpc.start(cfg.urpc_bind_address, cfg.urpc_port)
         self._http, self.http_port = await start_http_server(self.admin, cfg.http_bind_address, cfg.http_port)
         await self._start_heartbeat(self.admin)
-        logger.info("riffle-server {} listening: grpc {}:{} http {}:{}, memory {} bytes, data paths {}",
+        logger.info("riffle-server {} listening: grpc {}:{} http {}:{}{}, memory {} bytes, data paths {}",
                     __version__, cfg.grpc_bind_address, self.grpc_port, cfg.http_bind_address, self.http_port,
+                    f" urpc {cfg.urpc_bind_address}:{self.urpc_port}" if self._urpc else "",
                     cfg.memory_store.capacity, cfg.localfile_store.data_paths)
 
     async def _start_heartbeat(self, admin: AdminService) -> None:
         if self.cfg.coordinator_quorum:
             self.ip = advertised_ip(self.cfg.grpc_bind_address)
-        self.server_id = f"{self.ip}-{self.grpc_port}"
+        self.server_id = f"{self.ip}-{self.grpc_port}" + (f"-{self.urpc_port}" if self.urpc_port else "")
         admin.identity = ServerIdentity(ip=self.ip, grpc_port=self.grpc_port, http_port=self.http_port,
-                                        tags=tuple(self.cfg.tags), start_time_ms=self.start_time_ms)
+                                        tags=tuple(self.cfg.tags), start_time_ms=self.start_time_ms,
+                                        netty_port=self.urpc_port)
         if not self.cfg.coordinator_quorum:
             logger.info("no coordinator_quorum: running standalone")
             return
@@ -221,6 +233,9 @@ class ShuffleServer:
         if self._grpc is not None:
             await self._grpc.stop(min(grace, 5.0))
             self._grpc = None
+        if self._urpc is not None:
+            await self._urpc.stop(min(grace, 5.0))
+            self._urpc = None
         if grace > 0 and self.budget.used and self.app_manager is not None:
             try:
                 await asyncio.wait_for(self.app_manager.ask(FlushAllApps()), timeout=grace)
@@ -252,7 +267,8 @@ async def serve(cfg: ServerConfig, stop_event: asyncio.Event, ports) -> int:
         # would never be freed. (Here only, not in ShuffleServer.start: tests start many servers.)
         gc.collect()
         gc.freeze()
-        ports(grpc_port=server.grpc_port, http_port=server.http_port)
+        ports(grpc_port=server.grpc_port, http_port=server.http_port,
+              **({"urpc_port": server.urpc_port} if server.urpc_port else {}))
         await stop_event.wait()
         logger.info("stopping: flushing memory within {}s", cfg.grace_period_sec)
     finally:

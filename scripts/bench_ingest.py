@@ -1,17 +1,23 @@
 #!/usr/bin/env python3
-"""Ingest benchmark: riffle-server against a do-nothing grpc.aio server, same client, same run.
+"""Ingest benchmark: riffle-server over gRPC and over urpc, against do-nothing servers, in one run.
 
-Starts ``riffle-server`` as a daemon process on a temporary data dir, then runs a separate
-client process that pushes realistic shuffle traffic (many partitions, 4-64 KiB blocks,
-several concurrent senders; each send is requireBuffer + sendShuffleData, like the Uniffle
-client) and then reads every partition back (memory cursor, then index + data segments).
-The same client then writes to a do-nothing grpc.aio server (answers SUCCESS without
-keeping anything). Prints write and read MB/s, p50/p99 latency and the write ratio
-ours / do-nothing.
+Starts ``riffle-server`` as a daemon process (gRPC, and the urpc port for ``--transport urpc``) on a
+temporary data dir, then N client processes (``--clients``) that push realistic shuffle traffic
+(many partitions, 4-64 KiB blocks, several concurrent senders per process; each send is
+requireBuffer + sendShuffleData, like the Uniffle client; over urpc the ticket includes the message
+size and the send is a Netty frame) and then read every partition back (memory cursor, then index +
+data segments) over the same transport, checking every block byte for byte. The same clients then
+write to a do-nothing server of that transport (answers SUCCESS, keeps nothing). For each run it
+prints write and read MB/s, p50/p99 latency and the server process's CPU seconds per GB written and
+read (psutil: user + system time of the server process over each phase).
 
-    python scripts/bench_ingest.py [--total-mib 1024] [--capacity 512M] [--senders 8]
+    python scripts/bench_ingest.py [--transport grpc urpc] [--clients 2] [--total-mib 1024]
+                                   [--capacity 512M] [--senders 8] [--request-kib 1024]
 
-Numbers vary 15-30 % run to run on a shared 2-core box; compare ratios from one run.
+The server's own settings can be tried through its environment, e.g. glibc's malloc tunables:
+``--server-env MALLOC_MMAP_THRESHOLD_=1048576``. Numbers vary 15-30 % run to run on a shared 2-core box;
+compare figures from one run. Each transport gets a fresh server (same config), so the runs do not
+share memory state.
 """
 
 from __future__ import annotations
@@ -33,8 +39,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-APP = "bench_app"
 MIB = 1 << 20
+GB = 1e9
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -44,11 +50,13 @@ def percentile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-# ----------------------------------------------------------------------------- do-nothing server
-def run_null_server(port_q: mp.Queue) -> None:
+# ----------------------------------------------------------------------------- do-nothing servers
+def run_null_server(transport: str, port_q: mp.Queue) -> None:
+    """Answers requireBuffer/send/register SUCCESS over gRPC; with ``urpc`` also sends over a Netty port."""
     import grpc
     import uvloop
 
+    from riffle_actors.protocol import urpc
     from riffle_actors.protocol.proto import uniffle_pb2 as pb
     from riffle_actors.protocol.proto import uniffle_pb2_grpc as pbg
 
@@ -68,118 +76,207 @@ def run_null_server(port_q: mp.Queue) -> None:
         async def reportShuffleResult(self, request, context):
             return pb.ReportShuffleResultResponse(status=0)
 
+    class NullUrpc(asyncio.BufferedProtocol):
+        """Reads frames into one reused buffer and answers each SUCCESS (type 0); decodes nothing."""
+
+        def connection_made(self, transport):
+            self.t = transport
+            self.buf = bytearray(4 << 20)
+            self.view = memoryview(self.buf)
+            self.have = 0
+            self.skip = 0
+
+        def get_buffer(self, hint):
+            return self.view[self.have:]
+
+        def buffer_updated(self, n):
+            self.have += n
+            pos = 0
+            while True:
+                if self.skip:
+                    k = min(self.skip, self.have - pos)
+                    pos += k
+                    self.skip -= k
+                    if self.skip:
+                        break
+                if self.have - pos < urpc.HEADER_SIZE + 8:
+                    break
+                h = urpc.decode_header(self.view, pos)
+                rid = int.from_bytes(self.view[pos + 9:pos + 17], "big", signed=True)
+                self.t.write(urpc.encode_rpc_response(rid, 0, ""))
+                pos += urpc.HEADER_SIZE
+                self.skip = h.frame_len
+            rest = self.have - pos
+            self.buf[:rest] = self.buf[pos:self.have]
+            self.have = rest
+
     async def main() -> None:
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", 1 << 30),
                                           ("grpc.max_send_message_length", 1 << 30)])
         pbg.add_ShuffleServerServicer_to_server(Null(), server)
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
-        port_q.put(port)
+        urpc_port = 0
+        if transport == "urpc":
+            srv = await asyncio.get_running_loop().create_server(NullUrpc, "127.0.0.1", 0)
+            urpc_port = srv.sockets[0].getsockname()[1]
+        port_q.put((port, urpc_port))
         await server.wait_for_termination()
 
     uvloop.run(main())
 
 
 # ----------------------------------------------------------------------------- client
-def run_client(port: int, args: dict, result_q: mp.Queue, read_back: bool) -> None:
+def run_client(index: int, port: int, urpc_port: int, args: dict, go_write, go_read, result_q: mp.Queue) -> None:
     import grpc
     import uvloop
 
+    from riffle_actors.protocol import urpc
     from riffle_actors.protocol.index import decode_index
     from riffle_actors.protocol.proto import uniffle_pb2 as pb
     from riffle_actors.protocol.proto import uniffle_pb2_grpc as pbg
+    from riffle_actors.records import Block
+    from tests.helpers.urpc_client import UrpcConnection
 
-    rng = random.Random(7)
+    app = f"bench_app_{index}"
+    rng = random.Random(7 + index)
     # a pool of payloads reused by every request keeps the client's own CPU small
     pool = [os.urandom(rng.choice((4, 8, 16, 32, 64)) * 1024) for _ in range(256)]
     pool_crc = [zlib.crc32(p) for p in pool]
     partitions = args["partitions"]
     per_request = args["request_bytes"]
-    total = args["total_mib"] * MIB
+    total = args["total_mib"] * MIB // args["clients"]
+    over_urpc = urpc_port > 0
+    read_back = args["read_back"]
 
     async def main() -> dict:
         opts = [("grpc.max_receive_message_length", 1 << 30), ("grpc.max_send_message_length", 1 << 30)]
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=opts)
         stub = pbg.ShuffleServerStub(channel)
+        conns = [await UrpcConnection.open("127.0.0.1", urpc_port) for _ in range(2)] if over_urpc else []
         await stub.registerShuffle(pb.ShuffleRegisterRequest(
-            appId=APP, shuffleId=0,
+            appId=app, shuffleId=0,
             partitionRanges=[pb.ShufflePartitionRange(start=p, end=p) for p in range(partitions)]))
         sent = 0
-        next_block = [0]
+        next_block = [index << 40]
         latencies: list[float] = []
-        lock = asyncio.Lock()
         expected: dict[int, dict[int, int]] = {p: {} for p in range(partitions)}  # partition -> block -> pool idx
 
         async def sender(sender_id: int) -> None:
             nonlocal sent
-            r = random.Random(sender_id)
-            while True:
-                async with lock:
-                    if sent >= total:
-                        return
-                    sent += per_request
+            r = random.Random(sender_id * 1000 + index)
+            conn = conns[sender_id % len(conns)] if conns else None
+            while sent < total:
+                sent += per_request
                 by_partition: dict[int, list] = {}
-                size = 0
-                nbytes = 0
+                size = nbytes = 0
                 while nbytes < per_request:
                     i = r.randrange(len(pool))
                     p = r.randrange(partitions)
                     next_block[0] += 1
                     bid = next_block[0]
                     data = pool[i]
-                    by_partition.setdefault(p, []).append(pb.ShuffleBlock(
-                        blockId=bid, length=len(data), uncompressLength=len(data), crc=pool_crc[i], data=data,
-                        taskAttemptId=sender_id))
+                    if conn is not None:
+                        by_partition.setdefault(p, []).append(Block(bid, len(data), len(data), pool_crc[i],
+                                                                    sender_id, data))
+                    else:
+                        by_partition.setdefault(p, []).append(pb.ShuffleBlock(
+                            blockId=bid, length=len(data), uncompressLength=len(data), crc=pool_crc[i], data=data,
+                            taskAttemptId=sender_id))
                     expected[p][bid] = i
                     nbytes += len(data)
                     size += len(data) + 32
-                req_data = [pb.ShuffleData(partitionId=p, block=b) for p, b in by_partition.items()]
                 t0 = time.perf_counter()
+                if conn is not None:
+                    parts = list(by_partition.items())
+                    frame = urpc.encode_send_shuffle_data(0, app, 0, 0, parts, 0)
+                    size += len(frame) - urpc.HEADER_SIZE  # the Netty client's ticket includes the message
                 while True:
                     rb = await stub.requireBuffer(pb.RequireBufferRequest(
-                        requireSize=size, appId=APP, shuffleId=0, partitionIds=list(by_partition)))
+                        requireSize=size, appId=app, shuffleId=0, partitionIds=list(by_partition)))
                     if rb.status == 0:
                         break
                     await asyncio.sleep(0.02)
-                resp = await stub.sendShuffleData(pb.SendShuffleDataRequest(
-                    appId=APP, shuffleId=0, requireBufferId=rb.requireBufferId, shuffleData=req_data))
-                if resp.status != 0:
-                    raise RuntimeError(f"send failed: {resp.status} {resp.retMsg}")
+                if conn is not None:
+                    rid = conn.next_id()
+                    frame = bytearray(frame)
+                    frame[9:17] = rid.to_bytes(8, "big")
+                    off = 9 + 8 + 4 + len(app.encode()) + 4
+                    frame[off:off + 8] = rb.requireBufferId.to_bytes(8, "big", signed=True)
+                    resp = await conn.request(bytes(frame), rid, timeout=300)
+                    status, msg = resp.status, resp.ret_msg
+                else:
+                    resp = await stub.sendShuffleData(pb.SendShuffleDataRequest(
+                        appId=app, shuffleId=0, requireBufferId=rb.requireBufferId,
+                        shuffleData=[pb.ShuffleData(partitionId=p, block=b) for p, b in by_partition.items()]))
+                    status, msg = resp.status, resp.retMsg
+                if status != 0:
+                    raise RuntimeError(f"send failed: {status} {msg}")
                 latencies.append(time.perf_counter() - t0)
 
+        await asyncio.get_running_loop().run_in_executor(None, go_write.wait)
         t0 = time.perf_counter()
+        w0 = time.time()
         await asyncio.gather(*(sender(i) for i in range(args["senders"])))
         write_s = time.perf_counter() - t0
         written = sum(len(pool[i]) for blocks in expected.values() for i in blocks.values())
-        out = {"write_mib": written / MIB, "write_s": write_s, "write_mbps": written / MIB / write_s,
-               "send_p50_ms": percentile(latencies, 0.5) * 1000, "send_p99_ms": percentile(latencies, 0.99) * 1000,
-               "sends": len(latencies)}
+        out = {"write_bytes": written, "write_start": w0, "write_end": w0 + write_s, "send_lat": latencies}
+        result_q.put(("written", index, out))
         if read_back:
+            await asyncio.get_running_loop().run_in_executor(None, go_read.wait)
             read_lat: list[float] = []
             read_bytes = 0
             bad = 0
+            r0 = time.time()
             t1 = time.perf_counter()
+
+            async def memory(p: int, last: int, conn) -> tuple[list, object]:
+                if conn is not None:
+                    rid = conn.next_id()
+                    m = await conn.request(urpc.encode_get_memory_data(rid, app, 0, p, last, 14 * MIB), rid, 300)
+                    return [(s[0], s[1], s[2]) for s in m.segments], m.body
+                m = await stub.getMemoryShuffleData(pb.GetMemoryShuffleDataRequest(
+                    appId=app, shuffleId=0, partitionId=p, lastBlockId=last, readBufferSize=14 * MIB))
+                return [(s.blockId, s.offset, s.length) for s in m.shuffleDataBlockSegments], m.data
+
+            async def index_of(p: int, conn) -> bytes:
+                if conn is not None:
+                    rid = conn.next_id()
+                    ix = await conn.request(urpc.encode_get_local_index(rid, app, 0, p, 1, partitions), rid, 300)
+                    return bytes(ix.body)
+                ix = await stub.getLocalShuffleIndex(pb.GetLocalShuffleIndexRequest(
+                    appId=app, shuffleId=0, partitionId=p, partitionNumPerRange=1, partitionNum=partitions))
+                return ix.indexData
+
+            async def data_of(p: int, offset: int, length: int, conn):
+                if conn is not None:
+                    rid = conn.next_id()
+                    d = await conn.request(urpc.encode_get_local_data(rid, app, 0, p, offset, length,
+                                                                      partition_num=partitions), rid, 300)
+                    return d.body
+                d = await stub.getLocalShuffleData(pb.GetLocalShuffleDataRequest(
+                    appId=app, shuffleId=0, partitionId=p, partitionNumPerRange=1, partitionNum=partitions,
+                    offset=offset, length=length, storageId=-1))
+                return d.data
 
             async def read_partition(p: int) -> None:
                 nonlocal read_bytes, bad
+                conn = conns[p % len(conns)] if conns else None
                 got: set[int] = set()
                 last = -1
                 while True:
                     ts = time.perf_counter()
-                    m = await stub.getMemoryShuffleData(pb.GetMemoryShuffleDataRequest(
-                        appId=APP, shuffleId=0, partitionId=p, lastBlockId=last, readBufferSize=14 * MIB))
+                    segs, data = await memory(p, last, conn)  # data bound once per response
                     read_lat.append(time.perf_counter() - ts)
-                    if m.status != 0 or not m.shuffleDataBlockSegments:
+                    if not segs:
                         break
-                    for seg in m.shuffleDataBlockSegments:
-                        if seg.blockId not in got:
-                            got.add(seg.blockId)
-                            read_bytes += seg.length
-                            bad += m.data[seg.offset:seg.offset + seg.length] != pool[expected[p][seg.blockId]]
-                    last = m.shuffleDataBlockSegments[-1].blockId
-                ix = await stub.getLocalShuffleIndex(pb.GetLocalShuffleIndexRequest(
-                    appId=APP, shuffleId=0, partitionId=p, partitionNumPerRange=1, partitionNum=partitions))
-                entries = decode_index(ix.indexData)
+                    for bid, off, length in segs:
+                        if bid not in got:
+                            got.add(bid)
+                            read_bytes += length
+                            bad += data[off:off + length] != pool[expected[p][bid]]
+                    last = segs[-1][0]
+                entries = decode_index(await index_of(p, conn))
                 seg_start = 0
                 while seg_start < len(entries):  # contiguous segments of about 14 MiB
                     seg_end, length = seg_start, 0
@@ -187,20 +284,17 @@ def run_client(port: int, args: dict, result_q: mp.Queue, read_back: bool) -> No
                         length += entries[seg_end].length
                         seg_end += 1
                     ts = time.perf_counter()
-                    d = await stub.getLocalShuffleData(pb.GetLocalShuffleDataRequest(
-                        appId=APP, shuffleId=0, partitionId=p, partitionNumPerRange=1, partitionNum=partitions,
-                        offset=entries[seg_start].offset, length=length, storageId=-1))
+                    data = await data_of(p, entries[seg_start].offset, length, conn)
                     read_lat.append(time.perf_counter() - ts)
                     pos = 0
                     for e in entries[seg_start:seg_end]:
                         if e.block_id not in got:
                             got.add(e.block_id)
                             read_bytes += e.length
-                            bad += d.data[pos:pos + e.length] != pool[expected[p][e.block_id]]
+                            bad += data[pos:pos + e.length] != pool[expected[p][e.block_id]]
                         pos += e.length
                     seg_start = seg_end
-                missing = set(expected[p]) - got
-                bad += len(missing)
+                bad += len(set(expected[p]) - got)
 
             sem = asyncio.Semaphore(4)
 
@@ -210,87 +304,162 @@ def run_client(port: int, args: dict, result_q: mp.Queue, read_back: bool) -> No
 
             await asyncio.gather(*(guarded(p) for p in range(partitions)))
             read_s = time.perf_counter() - t1
-            out.update({"read_mib": read_bytes / MIB, "read_s": read_s, "read_mbps": read_bytes / MIB / read_s,
-                        "read_p50_ms": percentile(read_lat, 0.5) * 1000,
-                        "read_p99_ms": percentile(read_lat, 0.99) * 1000, "bad_or_missing_blocks": bad})
+            result_q.put(("read", index, {"read_bytes": read_bytes, "read_start": r0, "read_end": r0 + read_s,
+                                          "read_lat": read_lat, "bad": bad}))
+        for c in conns:
+            await c.close()
         await channel.close()
         return out
 
-    result_q.put(uvloop.run(main()))
+    uvloop.run(main())
 
 
-def client_process(port: int, args: dict, read_back: bool) -> dict:
+def cpu_s(pid: int) -> float:
+    import psutil
+
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system
+
+
+def run_clients(label: str, server_pid: int, port: int, urpc_port: int, args: dict) -> dict:
+    """N client processes; phases start together so the server's CPU time is measured per phase."""
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    p = ctx.Process(target=run_client, args=(port, args, q, read_back))
-    p.start()
-    result = q.get(timeout=1800)
-    p.join(60)
-    return result
+    go_write, go_read = ctx.Event(), ctx.Event()
+    n = args["clients"]
+    procs = [ctx.Process(target=run_client, args=(i, port, urpc_port, args, go_write, go_read, q))
+             for i in range(n)]
+    for p in procs:
+        p.start()
+    try:
+        time.sleep(1.0)  # let the clients import and connect (not a test: a benchmark's settle time)
+        c0 = cpu_s(server_pid)
+        go_write.set()
+        written = [q.get(timeout=3600) for _ in range(n)]
+        c1 = cpu_s(server_pid)
+        out = {"name": label, "write_bytes": sum(w[2]["write_bytes"] for w in written),
+               "write_s": max(w[2]["write_end"] for w in written) - min(w[2]["write_start"] for w in written),
+               "send_lat": [x for w in written for x in w[2]["send_lat"]], "write_cpu_s": c1 - c0}
+        if args["read_back"]:
+            go_read.set()
+            reads = [q.get(timeout=3600) for _ in range(n)]
+            c2 = cpu_s(server_pid)
+            out.update({"read_bytes": sum(r[2]["read_bytes"] for r in reads),
+                        "read_s": max(r[2]["read_end"] for r in reads) - min(r[2]["read_start"] for r in reads),
+                        "read_lat": [x for r in reads for x in r[2]["read_lat"]], "read_cpu_s": c2 - c1,
+                        "bad": sum(r[2]["bad"] for r in reads)})
+        for p in procs:
+            p.join(120)
+        return out
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join(10)
+
+
+def start_server(work: Path, name: str, capacity: str, transport: str, env_extra: dict) -> tuple:
+    data_dir = work / f"data-{name}"
+    cfg = work / f"{name}.toml"
+    cfg.write_text(f"""grpc_port = 0
+http_port = 0
+{"urpc_port = 0" if transport == "urpc" else ""}
+[memory_store]
+capacity = "{capacity}"
+[localfile_store]
+data_paths = ["{data_dir}"]
+[log]
+path = "{work / (name + '.log')}"
+level = "WARNING"
+""")
+    port_file = work / f"{name}.ports.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]), **env_extra}
+    server = subprocess.Popen([sys.executable, "-m", "riffle_actors.server", "--config", str(cfg),
+                               "--port-file", str(port_file)], cwd=REPO, env=env)
+    deadline = time.monotonic() + 30
+    while not port_file.exists():
+        if server.poll() is not None or time.monotonic() > deadline:
+            server.kill()
+            raise SystemExit(f"server did not start; log: {work / (name + '.log')}")
+        time.sleep(0.05)
+    ports = json.loads(port_file.read_text())
+    return server, ports["grpc_port"], ports.get("urpc_port", 0)
+
+
+def stop(proc) -> None:
+    proc.terminate()
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
-    ap.add_argument("--total-mib", type=int, default=1024, help="data written per run")
+    ap.add_argument("--transport", nargs="+", choices=("grpc", "urpc"), default=["grpc", "urpc"])
+    ap.add_argument("--clients", type=int, default=2, help="client processes (one saturates before the server)")
+    ap.add_argument("--total-mib", type=int, default=1024, help="data written per run (over all clients)")
     ap.add_argument("--capacity", default="512M", help="server memory capacity")
     ap.add_argument("--partitions", type=int, default=64)
-    ap.add_argument("--senders", type=int, default=8, help="concurrent requireBuffer+send loops")
+    ap.add_argument("--senders", type=int, default=8, help="concurrent requireBuffer+send loops per client")
     ap.add_argument("--request-kib", type=int, default=1024, help="payload bytes per sendShuffleData")
-    ap.add_argument("--data-dir", default=None, help="where the server spills (default: a temp dir)")
+    ap.add_argument("--server-env", nargs="*", default=[], help="NAME=VALUE for the riffle-server process")
+    ap.add_argument("--no-baseline", action="store_true", help="skip the do-nothing servers")
     opts = ap.parse_args()
-    args = {"total_mib": opts.total_mib, "partitions": opts.partitions, "senders": opts.senders,
-            "request_bytes": opts.request_kib * 1024}
-
+    env_extra = dict(kv.split("=", 1) for kv in opts.server_env)
+    base_args = {"total_mib": opts.total_mib, "partitions": opts.partitions, "senders": opts.senders,
+                 "request_bytes": opts.request_kib * 1024, "clients": opts.clients}
     work = Path(tempfile.mkdtemp(prefix="riffle-bench-"))
-    data_dir = Path(opts.data_dir) if opts.data_dir else work / "data"
-    cfg = work / "server.toml"
-    cfg.write_text(f"""grpc_port = 0
-http_port = 0
-[memory_store]
-capacity = "{opts.capacity}"
-[localfile_store]
-data_paths = ["{data_dir}"]
-[log]
-path = "{work / 'server.log'}"
-level = "WARNING"
-""")
-    port_file = work / "ports.json"
-    server = subprocess.Popen([sys.executable, "-m", "riffle_actors.server", "--config", str(cfg),
-                               "--port-file", str(port_file)], cwd=REPO)
-    ctx = mp.get_context("spawn")
-    null_q = ctx.Queue()
-    null = ctx.Process(target=run_null_server, args=(null_q,), daemon=True)
-    null.start()
+    rows = []
+    ok = True
     try:
-        deadline = time.monotonic() + 30
-        while not port_file.exists():
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"server did not start; log: {work / 'server.log'}")
-            time.sleep(0.05)
-        ours_port = json.loads(port_file.read_text())["grpc_port"]
-        null_port = null_q.get(timeout=30)
         print(f"workload: {opts.total_mib} MiB, {opts.partitions} partitions, 4-64 KiB blocks, "
-              f"{opts.request_kib} KiB per send, {opts.senders} senders; server capacity {opts.capacity}")
-        base = client_process(null_port, args, read_back=False)
-        ours = client_process(ours_port, args, read_back=True)
-        rows = [("do-nothing grpc.aio", base), ("riffle-server", ours)]
-        print(f"{'server':22} {'write MB/s':>10} {'send p50 ms':>11} {'send p99 ms':>11} {'read MB/s':>10} "
-              f"{'read p50 ms':>11} {'read p99 ms':>11}")
-        for name, r in rows:
-            print(f"{name:22} {r['write_mbps']:10.1f} {r['send_p50_ms']:11.2f} {r['send_p99_ms']:11.2f} "
-                  f"{r.get('read_mbps', float('nan')):10.1f} {r.get('read_p50_ms', float('nan')):11.2f} "
-                  f"{r.get('read_p99_ms', float('nan')):11.2f}")
-        print(f"write ratio riffle/do-nothing: {ours['write_mbps'] / base['write_mbps']:.2f}")
-        print(f"read back: {ours['read_mib']:.0f} MiB, bad or missing blocks: {ours['bad_or_missing_blocks']}")
-        return 0 if ours["bad_or_missing_blocks"] == 0 else 1
+              f"{opts.request_kib} KiB per send, {opts.clients} client processes x {opts.senders} senders; "
+              f"server capacity {opts.capacity}; server env {env_extra or '-'}", flush=True)
+        for transport in opts.transport:
+            if not opts.no_baseline:
+                ctx = mp.get_context("spawn")
+                q = ctx.Queue()
+                null = ctx.Process(target=run_null_server, args=(transport, q), daemon=True)
+                null.start()
+                try:
+                    port, uport = q.get(timeout=30)
+                    rows.append(run_clients(f"do-nothing {transport}", null.pid, port, uport,
+                                            {**base_args, "read_back": False}))
+                finally:
+                    null.terminate()
+                    null.join(10)
+            server, port, uport = start_server(work, f"riffle-{transport}", opts.capacity, transport, env_extra)
+            try:
+                r = run_clients(f"riffle-server {transport}", server.pid, port, uport if transport == "urpc" else 0,
+                                {**base_args, "read_back": True})
+                rows.append(r)
+                ok = ok and r["bad"] == 0
+            finally:
+                stop(server)
+            shutil.rmtree(work / f"data-riffle-{transport}", ignore_errors=True)
+        print(f"{'server':22} {'write MB/s':>10} {'p50 ms':>7} {'p99 ms':>7} {'CPU s/GB':>8} | {'read MB/s':>9} "
+              f"{'p50 ms':>7} {'p99 ms':>7} {'CPU s/GB':>8}")
+        for r in rows:
+            w = r["write_bytes"] / MIB / r["write_s"]
+            line = (f"{r['name']:22} {w:10.1f} {percentile(r['send_lat'], .5) * 1e3:7.2f} "
+                    f"{percentile(r['send_lat'], .99) * 1e3:7.2f} {r['write_cpu_s'] / (r['write_bytes'] / GB):8.2f} | ")
+            if "read_bytes" in r:
+                line += (f"{r['read_bytes'] / MIB / r['read_s']:9.1f} {percentile(r['read_lat'], .5) * 1e3:7.2f} "
+                         f"{percentile(r['read_lat'], .99) * 1e3:7.2f} {r['read_cpu_s'] / (r['read_bytes'] / GB):8.2f}")
+            else:
+                line += f"{'-':>9} {'-':>7} {'-':>7} {'-':>8}"
+            print(line)
+        by = {r["name"]: r for r in rows}
+        if "riffle-server grpc" in by and "riffle-server urpc" in by:
+            g, u = by["riffle-server grpc"], by["riffle-server urpc"]
+            print(f"write MB/s urpc/grpc: {(u['write_bytes'] / u['write_s']) / (g['write_bytes'] / g['write_s']):.2f}")
+        for r in rows:
+            if "bad" in r:
+                print(f"{r['name']}: read back {r['read_bytes'] / MIB:.0f} MiB, bad or missing blocks: {r['bad']}")
+        return 0 if ok else 1
     finally:
-        server.terminate()
-        try:
-            server.wait(60)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        null.terminate()
-        null.join(10)
         shutil.rmtree(work, ignore_errors=True)
 
 

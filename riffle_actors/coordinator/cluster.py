@@ -15,7 +15,7 @@ by the server id ``"<ip>-<grpcPort>[-<nettyPort>]"``) and the rules of spec §7.
 - candidates for an assignment are ACTIVE, not in the exclude list, not in the request's
   ``faultyServerIds`` and offer every required tag. When there are too few, the error says
   how many servers were dropped by which rule, and names a required tag that no server offers
-  (for ``GRPC_NETTY``: tells the user to set ``spark.rss.client.type=GRPC``).
+  (for ``GRPC_NETTY``: servers need ``urpc_port``, or the job ``spark.rss.client.type=GRPC``).
 
 Admission (the protocol has no server authentication, so the registry protects itself): at most
 ``capacity`` servers (``[server] max_servers``) and at most ``max_per_host`` ids registered from
@@ -55,7 +55,8 @@ from riffle_actors.coordinator.config import AssignmentStrategy, HostStrategy
 
 #: Transport tags and the client setting that selects them; used to make "no candidate" errors actionable.
 _TAG_HINTS = {
-    "GRPC_NETTY": "our servers do not speak Netty yet; set spark.rss.client.type=GRPC",
+    "GRPC_NETTY": "no server runs the Netty data port: set urpc_port on the servers, "
+                  "or set spark.rss.client.type=GRPC",
 }
 
 

@@ -13,8 +13,8 @@ an assignment, a control character in a log line, or an unbounded amount of memo
   count, start time and each disk's capacity/used bytes are non-negative (a huge value is not
   refused: only its sign); ``serverId.id`` is empty (then ``"<ip>-<port>"`` is used) or at
   most 256 characters of ``[A-Za-z0-9._:%@+\\[\\]-]``, and when it has the conventional form
-  ``"<ip>-<grpcPort>[-<nettyPort>]"`` its IP and gRPC port are the advertised ones (a server
-  cannot take the id of another address); at most 64 tags of 1-256 printable characters; at
+  ``"<ip>-<grpcPort>[-<nettyPort>]"`` its IP and gRPC port (and a netty port > 0) are the
+  advertised ones (a server cannot take the id of another address); at most 64 tags of 1-256 printable characters; at
   most 256 ``storageInfo`` entries with printable keys and mount points of at most 4096
   characters; at most 100000 ``applicationInfo`` entries; ``version`` and ``gitCommitId`` at
   most 256 printable characters.
@@ -129,8 +129,9 @@ def _text_problem(name: str, value: str, limit: int, *, empty_ok: bool = True) -
     return None
 
 
-def id_problem(server_id: str, ip: str, port: int) -> str | None:
-    """Why ``serverId.id`` is unacceptable for a server advertising ``ip:port``; None if it is fine."""
+def id_problem(server_id: str, ip: str, port: int, netty_port: int | None = None) -> str | None:
+    """Why ``serverId.id`` is unacceptable for a server advertising ``ip:port`` (and ``netty_port``, when
+    given and > 0, which an id of the form ``<ip>-<port>-<nettyPort>`` must name); None if it is fine."""
     if not server_id:
         return None
     if len(server_id) > MAX_ID_CHARS:
@@ -143,6 +144,8 @@ def id_problem(server_id: str, ip: str, port: int) -> str | None:
         return None  # not the "<ip>-<port>" convention: an opaque id
     if named != parse_ip(ip) or int(parts[1]) != port:
         return f"serverId.id: {show(server_id)} names another address than the advertised {ip}:{port}"
+    if len(parts) == 3 and netty_port is not None and netty_port > 0 and int(parts[2]) != netty_port:
+        return f"serverId.id: {show(server_id)} names another netty port than the advertised {netty_port}"
     return None
 
 
@@ -155,7 +158,7 @@ def heartbeat_problems(req: pb.ShuffleServerHeartBeatRequest) -> list[str]:
     out.append(_port_problem("netty_port", sid.netty_port, optional=True))
     out.append(_port_problem("jetty_port", sid.jetty_port, optional=True))
     if out[0] is None and out[1] is None:
-        out.append(id_problem(sid.id, sid.ip, sid.port))
+        out.append(id_problem(sid.id, sid.ip, sid.port, sid.netty_port))
     elif len(sid.id) > MAX_ID_CHARS:
         out.append(f"serverId.id: {len(sid.id)} characters, more than {MAX_ID_CHARS}")
     for name in ("usedMemory", "preAllocatedMemory", "availableMemory", "eventNumInFlush", "startTimeMs"):

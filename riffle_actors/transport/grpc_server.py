@@ -161,7 +161,8 @@ class ShuffleServerServicer(pb_grpc.ShuffleServerServicer):
                     blockId=b.block_id, offset=offset, length=n, uncompressLength=b.uncompress_length,
                     crc=b.crc, taskAttemptId=b.task_attempt_id))
                 offset += n
-            data = blocks[0].data if len(blocks) == 1 else b"".join(b.data for b in blocks)
+            # one exact bytes object is returned as is; a urpc-received block (a memoryview) becomes bytes
+            data = b"".join([b.data for b in blocks])
             return {"shuffleDataBlockSegments": segments, "data": data}
         return await self._call("getMemoryShuffleData", pb.GetMemoryShuffleDataResponse, body, request.appId)
 

@@ -1,7 +1,8 @@
 """Opening listeners with errors an operator can act on.
 
-This module owns ``ListenError`` and the two ways the daemons open a port: ``bind_grpc`` (a
-``grpc.aio`` server's insecure port) and ``start_tcp_site`` (an aiohttp site). A failure names
+This module owns ``ListenError`` and the ways the daemons open a port: ``bind_grpc`` (a
+``grpc.aio`` server's insecure port), ``start_tcp_site`` (an aiohttp site) and
+``create_tcp_server`` (a plain asyncio server, the urpc listener). A failure names
 the address, the port and the config keys that chose them, e.g.::
 
     cannot listen on 0.0.0.0:19999 (config keys grpc_port / grpc_bind_address): address already in use
@@ -12,9 +13,11 @@ turns into exit code 1. Listeners bind exactly the address given: nothing here w
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import socket
+from collections.abc import Callable
 
 import grpc
 from aiohttp import web
@@ -72,3 +75,14 @@ async def start_tcp_site(runner: web.AppRunner, *, what: str, keys: str, host: s
         raise ListenError(what, keys, host, port, _reason(e)) from None
     server = site._server  # aiohttp keeps the asyncio server here; the bound port is only known from it
     return server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+
+async def create_tcp_server(factory: Callable[[], asyncio.BaseProtocol], *, what: str, keys: str, host: str,
+                            port: int, backlog: int = 1024) -> tuple[asyncio.AbstractServer, int]:
+    """``loop.create_server`` on exactly ``host:port`` (no ``SO_REUSEPORT``); returns it and the bound port."""
+    loop = asyncio.get_running_loop()
+    try:
+        server = await loop.create_server(factory, host, port, reuse_address=True, backlog=backlog)
+    except OSError as e:
+        raise ListenError(what, keys, host, port, _reason(e)) from None
+    return server, server.sockets[0].getsockname()[1]

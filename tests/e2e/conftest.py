@@ -46,6 +46,10 @@ TIME_SCALE = float(os.environ.get("RIFFLE_E2E_TIME_SCALE", "1"))
 RSS_MANAGER = "org.apache.spark.shuffle.RssShuffleManager"
 # GRPC_NETTY moves the data over the servers' Netty port
 CLIENT_TYPE = os.environ.get("RIFFLE_E2E_CLIENT_TYPE", "GRPC")
+# the system property io.netty.noUnsafe as the shaded client jar reads it (checked with javap)
+SHADED_NETTY_NO_UNSAFE = "org.apache.uniffle.shaded.io.netty.noUnsafe"
+# run mode -> spark.rss.client.type ("vanilla" is Spark's own sort shuffle)
+CLIENT_TYPES = {"rss": CLIENT_TYPE, "rss_netty": "GRPC_NETTY"}
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -309,6 +313,7 @@ def _server_toml(d: Daemon, quorum: str, data_dir: Path) -> str:
     return f"""\
 store_type = "MEMORY_LOCALFILE"
 grpc_port = 0
+urpc_port = 0
 http_port = 0
 coordinator_quorum = [{toml_str(quorum)}]
 heartbeat_interval_seconds = 1
@@ -432,14 +437,14 @@ def base_conf(local_dir: Path) -> dict[str, str]:
     }
 
 
-def rss_conf(jar: Path, cluster: Cluster) -> dict[str, str]:
+def rss_conf(jar: Path, cluster: Cluster, client_type: str = CLIENT_TYPE) -> dict[str, str]:
     return {
         "spark.shuffle.manager": RSS_MANAGER,  # never DelegationRssShuffleManager: it falls back silently
         "spark.driver.extraClassPath": str(jar),
         "spark.executor.extraClassPath": str(jar),
         "spark.rss.coordinator.quorum": cluster.quorum,
         "spark.rss.storage.type": "MEMORY_LOCALFILE",
-        "spark.rss.client.type": CLIENT_TYPE,
+        "spark.rss.client.type": client_type,
         "spark.rss.data.replica": "1",
         "spark.rss.data.replica.write": "1",
         "spark.rss.data.replica.read": "1",
@@ -471,13 +476,15 @@ GROUP_LIMITS = {"core": (900, 240), "spill": (600, 420), "tpcds": (900, 180), "t
 @dataclass
 class SparkRun:
     group: str
-    mode: str  # "vanilla" | "rss"
+    mode: str  # "vanilla" | "rss" | "rss_netty" (CLIENT_TYPES)
     run_dir: Path
     driver_log: Path
     result: dict
     wall_s: float
     returncode: int | None
     timed_out: bool
+    started_epoch: float = 0.0
+    ended_epoch: float = 0.0
 
     def job(self, name: str) -> dict:
         return self.result.get("jobs", {}).get(name, {})
@@ -508,18 +515,45 @@ class SparkRunner:
     def get(
         self, group: str, mode: str, jobs: list[str], params: dict, cluster: Cluster | None = None
     ) -> SparkRun:
-        key = (group, mode)
-        if key not in self.cache:
-            self.cache[key] = self._run(group, mode, jobs, params, cluster)
-        return self.cache[key]
+        return self.get_many(group, [mode], jobs, params, cluster)[0]
 
-    def _run(self, group, mode, jobs, params, cluster) -> SparkRun:
+    def get_many(
+        self, group: str, modes: list[str], jobs: list[str], params: dict, cluster: Cluster | None = None
+    ) -> list[SparkRun]:
+        """The runs of ``group`` in each mode; those not run yet run at the same time (one process each)."""
+        todo = [m for m in modes if (group, m) not in self.cache]
+        started = []
+        try:
+            for mode in todo:
+                started.append(self._start(group, mode, jobs, params, cluster))
+        finally:  # also on a failed start or KeyboardInterrupt: every started process is waited for or killed
+            pending = list(started)
+            try:
+                while pending:
+                    run = pending.pop(0)
+                    self.cache[(group, run["mode"])] = self._finish(run)
+            finally:
+                for run in pending:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(run["proc"].pid, signal.SIGKILL)
+                    run["proc"].wait(10)
+        return [self.cache[(group, m)] for m in modes]
+
+    def _start(self, group, mode, jobs, params, cluster) -> dict:
         run_dir = self.root / f"{group}-{mode}"
         local_dir = run_dir / "spark-local"
         local_dir.mkdir(parents=True)
         conf = base_conf(local_dir)
-        if mode == "rss":
-            conf.update(rss_conf(self.jar, cluster))
+        if mode != "vanilla":
+            conf.update(rss_conf(self.jar, cluster, CLIENT_TYPES[mode]))
+            if CLIENT_TYPES[mode] == "GRPC_NETTY":
+                # Uniffle 0.9/0.10 client bug on Java >= 9: its reader frees the direct ByteBuffer of every
+                # Netty read response with Unsafe.invokeCleaner, which throws "duplicate or slice" for the
+                # slices its frame decoder hands out (netty/netty#14567). Without Unsafe the shaded Netty
+                # frees nothing by hand (GC does). Not needed with GRPC, which never reads through Netty.
+                opt = f" -D{SHADED_NETTY_NO_UNSAFE}=true"
+                conf["spark.driver.extraJavaOptions"] += opt
+                conf["spark.executor.extraJavaOptions"] = conf.get("spark.executor.extraJavaOptions", "") + opt
         app_limit, job_limit = GROUP_LIMITS[group]
         spec = {
             "group": group,
@@ -545,7 +579,6 @@ class SparkRunner:
         )
         driver_log = run_dir / "driver.log"
         t = time.monotonic()
-        timed_out = False
         with open(driver_log, "wb") as log:
             proc = subprocess.Popen(
                 [sys.executable, str(JOB_SCRIPT), "--spec", str(run_dir / "spec.json")],
@@ -556,15 +589,22 @@ class SparkRunner:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
-            try:
-                proc.wait(app_limit * TIME_SCALE)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-            finally:  # also on KeyboardInterrupt / pytest-timeout: never leave a JVM behind
-                if proc.poll() is None:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait(10)
+        return {"group": group, "mode": mode, "run_dir": run_dir, "driver_log": driver_log, "proc": proc,
+                "t": t, "epoch": time.time(), "deadline": t + app_limit * TIME_SCALE}
+
+    def _finish(self, run: dict) -> SparkRun:
+        group, mode, run_dir, driver_log, proc, t = (run[k] for k in ("group", "mode", "run_dir", "driver_log",
+                                                                      "proc", "t"))
+        timed_out = False
+        try:
+            proc.wait(max(0.0, run["deadline"] - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:  # also on KeyboardInterrupt / pytest-timeout: never leave a JVM behind
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
         wall = time.monotonic() - t
         self.timings.append((group, mode, wall))
         try:
@@ -574,7 +614,8 @@ class SparkRunner:
         print(
             f"\n[e2e] {group}/{mode}: {wall:.1f} s (exit {proc.returncode}{', TIMED OUT' if timed_out else ''})"
         )
-        return SparkRun(group, mode, run_dir, driver_log, result, wall, proc.returncode, timed_out)
+        return SparkRun(group, mode, run_dir, driver_log, result, wall, proc.returncode, timed_out,
+                        run["epoch"], time.time())
 
 
 @pytest.fixture(scope="session")
@@ -652,6 +693,7 @@ def tpcds() -> dict:
 
 RECEIVED = "riffle_server_received_bytes_total"
 READ = "riffle_server_read_bytes_total"
+URPC_RPCS = "riffle_server_urpc_rpc_total"  # spark_job.riffle_metrics: rpc_total samples of urpc:* RPCs
 
 
 def metric_delta(job: dict, name: str) -> float:
@@ -756,4 +798,6 @@ def e2e():
         tail=tail,
         RECEIVED=RECEIVED,
         READ=READ,
+        URPC_RPCS=URPC_RPCS,
+        client_types=CLIENT_TYPES,
     )

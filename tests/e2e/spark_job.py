@@ -414,6 +414,8 @@ def riffle_metrics(url):
             name, rest = parts[0], parts[1:]
         try:
             out[name] = out.get(name, 0.0) + float(rest[0])
+            if name == "riffle_server_rpc_total" and 'rpc="urpc:' in line:  # requests served over urpc
+                out["riffle_server_urpc_rpc_total"] = out.get("riffle_server_urpc_rpc_total", 0.0) + float(rest[0])
         except (ValueError, IndexError):
             pass
     return out

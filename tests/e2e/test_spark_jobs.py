@@ -1,6 +1,9 @@
 """Spark job shapes on RssShuffleManager vs Spark's own sort shuffle (the oracle).
 
 Jobs of one group run inside one Spark application (one JVM start); each job's result is checked on its own.
+Every job runs with ``spark.rss.client.type=GRPC``; the core group runs again with ``GRPC_NETTY`` (data over
+the servers' urpc port). The spill job runs on GRPC only: it exercises the shared storage path, and a second
+384 MiB run would cost about a minute of CI for no transport coverage the core group lacks.
 """
 
 from __future__ import annotations
@@ -46,8 +49,14 @@ def _vanilla(spark_runner, e2e, group):
     return spark_runner.get(group, "vanilla", GROUPS[group], _params(e2e))
 
 
-def _rss(spark_runner, e2e, group, cluster):
-    return spark_runner.get(group, "rss", GROUPS[group], _params(e2e), cluster)
+def _rss(spark_runner, e2e, group, cluster, mode="rss"):
+    return spark_runner.get(group, mode, GROUPS[group], _params(e2e), cluster)
+
+
+# (job, run mode): GRPC for every job, GRPC_NETTY for the core group
+RSS_CASES = [pytest.param(job, "rss", id=f"{job}-grpc") for job in ALL_JOBS] + [
+    pytest.param(job, "rss_netty", id=f"{job}-grpc_netty") for job in CORE_JOBS
+]
 
 
 @pytest.mark.parametrize("job", ALL_JOBS)
@@ -57,17 +66,23 @@ def test_oracle_runs_on_sort_shuffle(job, spark_runner, e2e, attach_log):
     e2e.assert_oracle_ok(run, job)
 
 
-@pytest.mark.parametrize("job", ALL_JOBS)
-def test_job_on_riffle_matches_sort_shuffle(job, spark_runner, rss_cluster, e2e, attach_log):
+@pytest.mark.parametrize("job, mode", RSS_CASES)
+def test_job_on_riffle_matches_sort_shuffle(job, mode, spark_runner, rss_cluster, e2e, attach_log):
     group = JOB_GROUP[job]
     vanilla = _vanilla(spark_runner, e2e, group)
     e2e.assert_oracle_ok(vanilla, job)
-    rss = _rss(spark_runner, e2e, group, rss_cluster)
-    attach_log(f"Spark driver ({group}/rss)", rss.driver_log)
+    rss = _rss(spark_runner, e2e, group, rss_cluster, mode)
+    attach_log(f"Spark driver ({group}/{mode})", rss.driver_log)
     min_received = MIN_RECEIVED.get(job, 1)
     if job == "spill":
         min_received = 0.9 * _params(e2e)["spill_bytes"]
     j = e2e.assert_rss_carried(rss, job, rss_cluster, min_received=min_received)
+    # the runs of this module are sequential: urpc requests during the job come from this application
+    urpc_requests = e2e.metric_delta(j, e2e.URPC_RPCS)
+    if e2e.client_types[mode] == "GRPC_NETTY":
+        assert urpc_requests > 0, "no request reached the servers' urpc port during a GRPC_NETTY job"
+    elif e2e.client_types[mode] == "GRPC":
+        assert urpc_requests == 0, f"{urpc_requests:.0f} urpc requests during a GRPC job"
     if job == "spill":
         # memory holds at most the servers' capacity; everything beyond it must have gone to local files
         spilled, received = e2e.metric_delta(j, SPILLED), e2e.metric_delta(j, e2e.RECEIVED)
@@ -80,11 +95,11 @@ def test_job_on_riffle_matches_sort_shuffle(job, spark_runner, rss_cluster, e2e,
     e2e.assert_same_result(vanilla, rss, job)
 
 
-@pytest.mark.parametrize("group", list(GROUPS))
-def test_app_is_unregistered_after_stop(group, spark_runner, rss_cluster, e2e, attach_log):
+@pytest.mark.parametrize("group, mode", [("core", "rss"), ("spill", "rss"), ("core", "rss_netty")])
+def test_app_is_unregistered_after_stop(group, mode, spark_runner, rss_cluster, e2e, attach_log):
     """spark.stop() ends with unregisterShuffleByAppId: the servers drop the app."""
-    rss = _rss(spark_runner, e2e, group, rss_cluster)
-    attach_log(f"Spark driver ({group}/rss)", rss.driver_log)
+    rss = _rss(spark_runner, e2e, group, rss_cluster, mode)
+    attach_log(f"Spark driver ({group}/{mode})", rss.driver_log)
     assert "startup_error" not in rss.result, rss.result["startup_error"][-3000:]
     assert rss.result.get("finished"), f"the {group} application did not stop cleanly (exit {rss.returncode})"
     app_id = rss.result["app_id"]

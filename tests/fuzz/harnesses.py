@@ -17,7 +17,8 @@ Byte decoders get the fuzzer's bytes verbatim, so a seed corpus of real encoding
 useful; decoders of client-supplied ints (proto ``int32``/``int64`` fields) draw them
 with ``atheris.FuzzedDataProvider``, biased towards the boundaries of the wire types.
 
-Adding a decoder (the Netty frame decoder of spec §6, when it exists) is one function::
+Adding a decoder is one function (``fuzz_urpc_frame`` at the end, the Netty frame decoder of
+spec §6, is one)::
 
     @harness(max_len=4096, seeds=lambda: [encode_frame(...)])
     def fuzz_netty_frame(data: bytes) -> None:
@@ -57,6 +58,7 @@ from riffle_actors.protocol.index import (
     decode_index,
     encode_index,
 )
+from riffle_actors.protocol import urpc
 from riffle_actors.records import Block
 
 __all__ = [
@@ -510,3 +512,89 @@ def fuzz_block_id_set_ids(data: bytes) -> None:
     fdp = atheris.FuzzedDataProvider(data)
     ids = [_wire_int(fdp) for _ in range(fdp.ConsumeIntInRange(0, 40))]
     check_reported_ids(ids, _wire_int(fdp))
+
+
+# --------------------------------------------------------------------------------------
+# Netty (urpc) frames, spec §6
+# --------------------------------------------------------------------------------------
+
+
+def _urpc_seeds() -> list[bytes]:
+    blocks = [Block(11, 3, 6, 0xABCDEF, 7, b"abc"), Block(12, 0, 0, 0, 7, b"")]
+    frames = [
+        urpc.encode_send_shuffle_data(1, "app_1", 0, 5, [(3, blocks), (4, blocks[:1])], 1_700_000_000_000),
+        urpc.encode_send_shuffle_data(2, "", 1, -1, [], 0, servers=0),
+        urpc.encode_get_local_index(3, "app_1", 0, 3, 1, 10),
+        urpc.encode_get_local_data(4, "app_1", 0, 3, 0, 100),
+        urpc.encode_get_local_data(5, "app_1", 0, 3, 40, 60, storage_id=1),
+        urpc.encode_get_local_data(6, "app_1", 0, 3, 40, 60, storage_id=0, next_segments=[(100, 50)],
+                                   task_attempt_id=9),
+        urpc.encode_get_memory_data(7, "app_1", 0, 3, -1, 14 << 20),
+        urpc.encode_get_memory_data(8, "app_1", 0, 3, 11, 1024, 0, serialize_block_ids([7, 8])),
+    ]
+    return frames + [b"".join(frames[:3]), frames[0][:20], b"\x00" * 9, b"\xff" * 16]
+
+
+def _plain_request(req):  # type: ignore[no-untyped-def]
+    if isinstance(req, urpc.SendShuffleData):
+        return req._replace(partitions=tuple((p, tuple(b._replace(data=bytes(b.data)) for b in bl))
+                                             for p, bl in req.partitions))
+    return req
+
+
+def _reencode(req) -> bytes:  # type: ignore[no-untyped-def]
+    if isinstance(req, urpc.SendShuffleData):
+        return urpc.encode_send_shuffle_data(req.request_id, req.app_id, req.shuffle_id, req.require_buffer_id,
+                                             req.partitions, req.timestamp)
+    if isinstance(req, urpc.GetLocalShuffleIndex):
+        return urpc.encode_get_local_index(*req)
+    if isinstance(req, urpc.GetMemoryShuffleData):
+        return urpc.encode_get_memory_data(*req)
+    assert isinstance(req, urpc.GetLocalShuffleData)
+    kw = {}
+    if req.storage_id != -1 or req.next_segments or req.task_attempt_id != -1:
+        kw["storage_id"] = req.storage_id
+    return urpc.encode_get_local_data(req.request_id, req.app_id, req.shuffle_id, req.partition_id, req.offset,
+                                      req.length, partition_num_per_range=req.partition_num_per_range,
+                                      partition_num=req.partition_num, timestamp=req.timestamp, **kw)
+
+
+@harness(max_len=8192, seeds=_urpc_seeds)
+def fuzz_urpc_frame(data: bytes) -> None:
+    """A byte stream as the urpc listener receives it: header, then each request type's decoder.
+
+    Properties: a frame that decodes re-encodes to a frame that decodes to the same request
+    (V3 hints aside); a SendShuffleData's blocks are slices of the frame and the sum of their
+    lengths never exceeds it.
+    """
+    view = memoryview(data)
+    pos = 0
+    while len(data) - pos >= urpc.HEADER_SIZE:
+        try:
+            header = urpc.decode_header(view, pos)
+        except ProtocolError:
+            return
+        pos += urpc.HEADER_SIZE
+        frame = view[pos:pos + header.frame_len]
+        if len(frame) < header.frame_len:
+            return
+        pos += header.frame_len
+        try:
+            req = urpc.decode_request(header.type, frame, header.msg_len)
+        except ProtocolError:
+            continue
+        _check(header.type in urpc.RESPONSE_TYPE, "an unknown type decoded")
+        if isinstance(req, urpc.GetSortedShuffleData):
+            continue
+        if isinstance(req, urpc.SendShuffleData):
+            total = sum(len(b.data) for _, bl in req.partitions for b in bl)
+            _check(total <= header.msg_len, "block payloads exceed the message")
+            _check(all(isinstance(b.data, memoryview) for _, bl in req.partitions for b in bl), "a block was copied")
+        if isinstance(req, urpc.GetLocalShuffleData) and (req.next_segments or header.type == 25):
+            req = req._replace(next_segments=(), task_attempt_id=-1)
+        again = _reencode(req)
+        h2 = urpc.decode_header(again)
+        back = urpc.decode_request(h2.type, again[urpc.HEADER_SIZE:], h2.msg_len)
+        if isinstance(back, urpc.GetLocalShuffleData):
+            back = back._replace(next_segments=(), task_attempt_id=-1)
+        _check(_plain_request(back) == _plain_request(req), "urpc request round trip")

@@ -242,9 +242,13 @@ class UniffleClient:
                                 crc=b.crc, data=b.data, taskAttemptId=b.task_attempt_id) for b in bl])
                 for pid, bl in by_partition.items()])
 
+    def send_require_size(self, app_id: str, shuffle_id: int, blocks: Sequence[BlockSpec]) -> int:
+        """The requireBuffer size of one send (gRPC: Σ(len + 32); the urpc client adds its message size)."""
+        return require_size(blocks)
+
     async def send_blocks(self, app_id: str, shuffle_id: int, blocks: Sequence[BlockSpec]) -> None:
         """requireBuffer + sendShuffleData with the Java client's retries; returns once acknowledged."""
-        size = require_size(blocks)
+        size = self.send_require_size(app_id, shuffle_id, blocks)
         pids = sorted({b.partition_id for b in blocks})
         attempt = 0
         loop = asyncio.get_running_loop()

@@ -297,3 +297,15 @@ def test_reregistering_keeps_known_fields(clock: ManualClock) -> None:
     apps.register("a1", user="alice", version="0.10.0")
     apps.register("a1")
     assert apps.active()[0].user == "alice"
+
+
+def test_grpc_netty_apps_are_assigned_only_to_servers_with_a_netty_port(reg: ClusterRegistry) -> None:
+    reg.heartbeat(hb(1))  # gRPC only
+    netty_tags = TAGS | {"GRPC_NETTY"}
+    reg.heartbeat(ServerHeartbeat(id="10.0.0.2-19999-21100", ip="10.0.0.2", grpc_port=19999, netty_port=21100,
+                                  tags=netty_tags, available_memory=1 << 30))
+    result, beats = reg.assign(AssignmentRequest(partition_num=4), require_tags={"ss_v5", "GRPC_NETTY"})
+    assert set(beats) == {"10.0.0.2-19999-21100"} and beats["10.0.0.2-19999-21100"].netty_port == 21100
+    # a GRPC app may use both: the netty server advertises GRPC too
+    _, beats = reg.assign(AssignmentRequest(partition_num=4), require_tags={"ss_v5", "GRPC"})
+    assert set(beats) == {"10.0.0.1-19999", "10.0.0.2-19999-21100"}

@@ -130,6 +130,9 @@ def test_the_id_is_bounded_and_cannot_name_another_address() -> None:
     assert "names another address" in (id_problem("10.0.0.2-19999", "10.0.0.1", 19999) or "")
     assert "names another address" in (id_problem("10.0.0.1-19998", "10.0.0.1", 19999) or "")
     assert id_problem("10.0.0.1-19999-17000", "10.0.0.1", 19999) is None
+    assert id_problem("10.0.0.1-19999-17000", "10.0.0.1", 19999, 17000) is None
+    assert id_problem("10.0.0.1-19999-17000", "10.0.0.1", 19999, 0) is None  # netty off: not checked
+    assert "another netty port" in (id_problem("10.0.0.1-19999-17001", "10.0.0.1", 19999, 17000) or "")
     assert id_problem("fd00:0::5-19999", "fd00::5", 19999) is None  # same address, other spelling
     assert id_problem("rack1-19999", "10.0.0.1", 19999) is None  # not an IP: an opaque id
     long_id = heartbeat_problems(beat(ip="bad", sid="y" * 300))
