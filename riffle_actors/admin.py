@@ -241,8 +241,10 @@ class AdminService:
         return [{"app_id": i.app_id, "user": i.user, "registered_epoch_ms": i.registered_epoch_ms,
                  "idle_s": round(i.idle_s, 3), "partition_count": i.partition_count,
                  "memory_bytes": i.memory_bytes, "in_flight_bytes": i.in_flight_bytes,
-                 "disk_bytes": sum(sh["disk_bytes"] for sh in i.shuffles.values()),
-                 "received_bytes": i.received_bytes, "shuffles": i.shuffles} for i in infos]
+                 "disk_bytes": sum(sh.disk_bytes for sh in i.shuffles.values()),
+                 "received_bytes": i.received_bytes,
+                 "shuffles": {sid: {f: getattr(sh, f) for f in sh.__dataclass_fields__}
+                              for sid, sh in i.shuffles.items()}} for i in infos]
 
     async def history(self) -> list[dict[str, Any]]:
         return list(await self.app_manager.ask(GetHistory()))

@@ -212,12 +212,27 @@ class IsExpired:
 
 
 @dataclass(frozen=True, slots=True)
+class ShuffleInfo:
+    """One shuffle of an app, as ``/apps`` shows it."""
+
+    ranges: int
+    partitions: int
+    partition_actors: int
+    memory_bytes: int
+    disk_bytes: int
+    received_bytes: int
+    reported_partitions: int
+    disks: tuple[str, ...]
+    huge_partitions: int
+
+
+@dataclass(frozen=True, slots=True)
 class AppInfo:
     app_id: str
     user: str
     registered_epoch_ms: int
     idle_s: float
-    shuffles: dict[int, dict]
+    shuffles: dict[int, ShuffleInfo]
     partition_count: int
     memory_bytes: int
     in_flight_bytes: int
@@ -515,23 +530,23 @@ class AppActor(Supervisor):
     def _info(self) -> AppInfo:
         s = self.state
         staging, in_flight = s.memory_bytes()
-        shuffles = {}
+        shuffles: dict[int, ShuffleInfo] = {}
         actors = 0
         for sid, sh in s.shuffles.items():
             figures = [e.figures for e in sh.partitions.values()]
             running = sum(1 for e in sh.partitions.values() if e.ref is not None or e.pending is not None)
             actors += running
-            shuffles[sid] = {
-                "ranges": sh.range_count,
-                "partitions": len(sh.partitions),
-                "partition_actors": running,
-                "memory_bytes": sum(f.memory_bytes for f in figures),
-                "disk_bytes": sum(f.disk_bytes for f in figures),
-                "received_bytes": sum(f.total_bytes for f in figures),
-                "reported_partitions": len(sh.reported),
-                "disks": sorted({d for f in figures for d in f.disks}),
-                "huge_partitions": sum(1 for f in figures if f.huge),
-            }
+            shuffles[sid] = ShuffleInfo(
+                ranges=sh.range_count,
+                partitions=len(sh.partitions),
+                partition_actors=running,
+                memory_bytes=sum(f.memory_bytes for f in figures),
+                disk_bytes=sum(f.disk_bytes for f in figures),
+                received_bytes=sum(f.total_bytes for f in figures),
+                reported_partitions=len(sh.reported),
+                disks=tuple(sorted({d for f in figures for d in f.disks})),
+                huge_partitions=sum(1 for f in figures if f.huge),
+            )
         return AppInfo(s.app_id, s.user, s.registered_epoch_ms, s.clock.monotonic() - s.last_seen_monotonic,
                        shuffles, s.partition_count(), staging + in_flight, in_flight, s.received_bytes(),
                        actors)

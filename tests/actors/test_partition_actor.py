@@ -139,7 +139,7 @@ async def test_partition_actors_start_on_first_data_only(system: ActorSystem, cl
     await rig.send({3: [blk(4)]})
     assert len(rig.partition_actors()) == 2
     info = await rig.app.ask(GetAppInfo())
-    assert (info.partition_actors, info.partition_count, info.shuffles[0]["partition_actors"]) == (2, 2, 2)
+    assert (info.partition_actors, info.partition_count, info.shuffles[0].partition_actors) == (2, 2, 2)
     assert await rig.read(500) == []  # never written: no actor started for a read
     assert len(rig.partition_actors()) == 2
 
@@ -259,7 +259,7 @@ async def test_huge_partitions_get_backpressure_and_a_spill(system: ActorSystem,
         await rig.app.ask(check)
     await rig.read(0)  # the spill order reached the partition before this read
     assert [j.partition_id for j in rig.spill_rec.jobs] == [0]
-    assert (await rig.app.ask(GetAppInfo())).shuffles[0]["huge_partitions"] == 1
+    assert (await rig.app.ask(GetAppInfo())).shuffles[0].huge_partitions == 1
     await rig.ack(rig.spill_rec.jobs[0])
     await rig.read(0)
     assert await rig.app.ask(check) is None
