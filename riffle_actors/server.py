@@ -47,6 +47,7 @@ from riffle_actors.actors.storage_messages import RunProbeRound
 from riffle_actors.admin import AdminService, HealthRules, ServerIdentity
 from riffle_actors.config import ServerConfig, load_config
 from riffle_actors.io.local import LOCAL_IO, LocalIO
+from riffle_actors.io.malloc import tune_malloc
 from riffle_actors.io.probe import ProbeFn, probe_disk
 from riffle_actors.io.probe_fleet import ProbeFleet
 from riffle_actors.metrics import Metrics
@@ -258,6 +259,7 @@ class ShuffleServer:
 
 
 async def serve(cfg: ServerConfig, stop_event: asyncio.Event, ports) -> int:
+    tune_malloc()  # the daemon only: tests run many servers in one process and keep glibc's defaults
     server = ShuffleServer(cfg)
     try:
         await server.start()
