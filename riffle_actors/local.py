@@ -46,6 +46,8 @@ grpc_port = {grpc}
 grpc_bind_address = "127.0.0.1"
 http_port = {http}
 http_bind_address = "127.0.0.1"
+urpc_port = {urpc}
+urpc_bind_address = "127.0.0.1"
 coordinator_quorum = ["127.0.0.1:{coordinator}"]
 heartbeat_interval_seconds = 2
 [memory_store]
@@ -121,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--coordinator-http-port", type=int, default=21001)
     ap.add_argument("--server-port", type=int, default=19999)
     ap.add_argument("--server-http-port", type=int, default=20010)
+    ap.add_argument("--server-urpc-port", type=int, default=20000,
+                    help="the server's Netty (urpc) port, for spark.rss.client.type=GRPC_NETTY")
     ap.add_argument("--admin-token", default=None,
                     help="token for the coordinator's admin endpoints (default: $RIFFLE_ADMIN_TOKEN, else a new "
                          "random one, printed)")
@@ -168,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         procs.append(coord)
         c = _wait_port_file(run / "coordinator.json", coord, "riffle-coordinator")
         server_cfg.write_text(_SERVER_DEFAULT.format(grpc=opts.server_port, http=opts.server_http_port,
+                                                     urpc=opts.server_urpc_port,
                                                      coordinator=c["grpc_port"], capacity=opts.capacity,
                                                      data=data / "riffle-server"))
         server = subprocess.Popen([sys.executable, "-m", "riffle_actors.server", "--config", str(server_cfg),
@@ -179,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         jar, jar_line = _jar_hint()
         print(f"""
 riffle_actors is running: coordinator 127.0.0.1:{c['grpc_port']} (HTTP {c['http_port']}),
-server 127.0.0.1:{s['grpc_port']} (HTTP {s['http_port']}), data under {data}.
+server 127.0.0.1:{s['grpc_port']} (urpc {s.get('urpc_port')}, HTTP {s['http_port']}), data under {data}.
 
 {jar_line}
 Spark settings (the client jar on both class paths):
@@ -190,6 +195,9 @@ Spark settings (the client jar on both class paths):
   --conf spark.serializer=org.apache.spark.serializer.KryoSerializer
   --conf spark.driver.extraClassPath={jar}
   --conf spark.executor.extraClassPath={jar}
+For the Netty data transport instead: spark.rss.client.type=GRPC_NETTY, and on Java 9 or later
+  --conf spark.driver.extraJavaOptions=-Dorg.apache.uniffle.shaded.io.netty.noUnsafe=true
+  --conf spark.executor.extraJavaOptions=-Dorg.apache.uniffle.shaded.io.netty.noUnsafe=true
 
 Health: curl http://127.0.0.1:{s['http_port']}/health   Servers: curl http://127.0.0.1:{c['http_port']}/api/servers
 Admin token (coordinator POST endpoints; Authorization: Bearer ...): {token}

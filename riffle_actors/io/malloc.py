@@ -4,15 +4,14 @@ This module owns ``tune_malloc()``. The server's large allocations are block pay
 buffers of up to 14 MiB, allocated and freed many times a second. With glibc's defaults a buffer
 above the mmap threshold is mapped and unmapped each time (page faults on every touch), and the
 heap's top is trimmed back to the kernel after each burst, only to be grown again. Measured with
-``python3 scripts/bench_ingest.py --transport grpc urpc --clients 2 --total-mib 1024`` (2-core box,
-same run conditions, defaults vs these settings):
+``python3 scripts/bench_ingest.py --transport grpc --clients 2 --total-mib 1024 --no-baseline``,
+four runs interleaved on the 2-core box: glibc defaults (forced with ``--server-env
+MALLOC_TOP_PAD_=131072``, which turns this tuning off) against these settings (applied by mallopt):
 
-| path | write CPU s/GB | read CPU s/GB | read MB/s |
-|---|---|---|---|
-| gRPC, glibc defaults | 5.54 | 5.18 | 204 |
-| gRPC, tuned | 3.93 | 2.59 | 384 |
-| urpc, glibc defaults | 4.94 | 2.41 | 231 |
-| urpc, tuned | 3.62 | 2.29 | 244 |
+| gRPC server | write MB/s | write CPU s/GB | read MB/s | read CPU s/GB |
+|---|---|---|---|---|
+| glibc defaults | 200, 205 | 5.24, 4.78 | 175, 208 | 6.32, 5.10 |
+| tuned | 214, 262 | 4.27, 3.47 | 336, 367 | 3.03, 2.58 |
 
 The price is resident memory: freed buffers stay in the heap, up to ``TRIM_THRESHOLD`` above
 what is in use (about +100 MB under load).

@@ -24,7 +24,7 @@ def _start(tmp_path: Path) -> tuple[subprocess.Popen, str, Path]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "riffle_actors.local", "--data-dir", str(tmp_path / "data"),
          "--coordinator-port", "0", "--coordinator-http-port", "0", "--server-port", "0",
-         "--server-http-port", "0", "--capacity", "64M"],
+         "--server-http-port", "0", "--server-urpc-port", "0", "--capacity", "64M"],
         stdout=subprocess.PIPE, stderr=log.open("w"), text=True,
         start_new_session=True,  # its own process group, as a shell job: Ctrl-C is a SIGINT to that group
         env={k: v for k, v in os.environ.items() if k not in ("RIFFLE_ADMIN_TOKEN", "WORKER_IP")})
@@ -65,7 +65,7 @@ def test_riffle_local_is_loopback_only_token_protected_and_stops_on_one_ctrl_c(t
         assert len(daemons) == 2
         listening = [c.laddr for p in daemons for c in p.net_connections("inet") if c.status == psutil.CONN_LISTEN]
         # gRPC listens on an IPv6 socket for an IPv4 address: ::ffff:127.0.0.1 is the same loopback address
-        assert len(listening) == 4, listening
+        assert len(listening) == 5, listening  # coordinator gRPC + HTTP, server gRPC + urpc + HTTP
         assert {a.ip.removeprefix("::ffff:") for a in listening} == {"127.0.0.1"}, listening
 
         sid = servers[0]["id"]
