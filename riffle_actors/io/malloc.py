@@ -13,8 +13,8 @@ MALLOC_TOP_PAD_=131072``, which turns this tuning off) against these settings (a
 | glibc defaults | 200, 205 | 5.24, 4.78 | 175, 208 | 6.32, 5.10 |
 | tuned | 214, 262 | 4.27, 3.47 | 336, 367 | 3.03, 2.58 |
 
-The price is resident memory: freed buffers stay in the heap, up to ``TRIM_THRESHOLD`` above
-what is in use (about +100 MB under load).
+The price is resident memory: freed buffers stay in the heap, up to ``TRIM_THRESHOLD`` (256 MiB)
+above what is in use (issue 10 measured about +100 MB RSS with these settings; not re-measured here).
 
 The settings are those of the environment variables glibc reads at start-up
 (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``, ``MALLOC_TOP_PAD_``); an operator who sets any of
