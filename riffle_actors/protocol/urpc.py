@@ -293,6 +293,32 @@ def _decode_send(r: _Reader) -> SendShuffleData:
     return SendShuffleData(request_id, app_id, shuffle_id, ticket, tuple(partitions), timestamp)
 
 
+def detach_partitions(
+        partitions: tuple[tuple[int, tuple[Block, ...]], ...]) -> tuple[tuple[int, tuple[Block, ...]], ...]:
+    """Give each partition's block payloads a buffer of their own (one copy of the frame's data).
+
+    Decoded blocks are slices of their frame, and a slice keeps the whole frame alive. Blocks of one
+    partition leave memory together (one spill batch), but the partitions of one frame do not: a
+    small partition that stays in memory would keep a 16 MiB frame resident while the budget counts
+    a few KiB of it. So a frame that carries several partitions is split into one buffer per
+    partition, and resident memory stays what the budget says. A one-partition frame is left as
+    it is (zero copy).
+    """
+    if len(partitions) <= 1:
+        return partitions
+    out = []
+    for partition_id, blocks in partitions:
+        whole = memoryview(b"".join(b.data for b in blocks))
+        pos = 0
+        own = []
+        for b in blocks:
+            n = len(b.data)
+            own.append(Block(b.block_id, b.length, b.uncompress_length, b.crc, b.task_attempt_id, whole[pos:pos + n]))
+            pos += n
+        out.append((partition_id, tuple(own)))
+    return tuple(out)
+
+
 def _decode_index(r: _Reader) -> GetLocalShuffleIndex:
     return GetLocalShuffleIndex(r.i64("index.requestId"), r.string("index.appId"), r.i32("index.shuffleId"),
                                 r.i32("index.partitionId"), r.i32("index.partitionNumPerRange"),

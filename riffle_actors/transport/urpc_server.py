@@ -12,7 +12,10 @@ One ``UrpcConnection`` (an ``asyncio.BufferedProtocol``) per TCP connection:
 
 - Frames are read into preallocated memory. Small frames land in a 64 KiB buffer reused for the
   life of the connection; a frame that does not fit is read by the kernel straight into a
-  ``bytearray`` of its own size (no copy), and a SendShuffleData's blocks stay slices of it.
+  ``bytearray`` of its own size (no copy). A SendShuffleData's blocks stay slices of it when it
+  carries one partition; a frame of several partitions is split into one buffer per partition
+  (one copy, ``protocol.urpc.detach_partitions``), so a partition left in memory never keeps the
+  whole frame resident beyond what the memory budget counts.
 - Each request runs as a task, so several requests of one connection are served at once and
   answered by ``requestId`` in completion order (the client matches them by id).
 - Bounded input: a connection stops reading while ``max_requests_per_connection`` of its
@@ -57,6 +60,7 @@ from riffle_actors.protocol.urpc import (
     MessageType,
     SendShuffleData,
     decode_header,
+    detach_partitions,
     decode_request,
     encode_data_response,
     encode_index_response,
@@ -396,7 +400,9 @@ class UrpcConnection(asyncio.BufferedProtocol):
         svc = self.service
         rid = request.request_id
         if isinstance(request, SendShuffleData):
-            await svc.send_data(request.app_id, request.shuffle_id, request.require_buffer_id, request.partitions)
+            # blocks kept in memory must not pin the whole frame: see detach_partitions
+            await svc.send_data(request.app_id, request.shuffle_id, request.require_buffer_id,
+                                detach_partitions(request.partitions))
             return [encode_rpc_response(rid, StatusCode.SUCCESS, "")]
         if isinstance(request, GetMemoryShuffleData):
             blocks = await svc.get_memory_data(request.app_id, request.shuffle_id, request.partition_id,

@@ -94,6 +94,26 @@ def test_hand_built_send_decodes_with_blocks_as_slices_of_the_frame() -> None:
     assert isinstance(blocks[0].data, memoryview) and blocks[0].data.obj is body  # zero copy
 
 
+def test_detach_partitions_gives_each_partition_its_own_buffer_and_keeps_one_partition_zero_copy() -> None:
+    frame = bytearray(b"aaaaBBBBBBcc")
+    view = memoryview(frame)
+
+    def block(block_id: int, start: int, end: int) -> Block:
+        return Block(block_id, end - start, end - start, 0, 7, view[start:end])
+
+    one = ((3, (block(1, 0, 4),)),)
+    assert urpc.detach_partitions(one) is one  # one partition: the frame is its buffer, no copy
+    two = ((3, (block(1, 0, 4), block(2, 10, 12))), (4, (block(3, 4, 10),)))
+    detached = urpc.detach_partitions(two)
+    assert [(pid, [(b.block_id, bytes(b.data)) for b in blocks]) for pid, blocks in detached] == [
+        (3, [(1, b"aaaa"), (2, b"cc")]), (4, [(3, b"BBBBBB")])]
+    owners = [{id(b.data.obj) for b in blocks} for _, blocks in detached]
+    assert all(len(o) == 1 for o in owners) and owners[0] != owners[1]  # one buffer per partition
+    assert all(b.data.obj is not frame for _, blocks in detached for b in blocks)  # the frame is not pinned
+    frame[:] = b"x" * len(frame)  # the frame's memory may be reused: the blocks keep their bytes
+    assert bytes(detached[1][1][0].data) == b"BBBBBB"
+
+
 def test_our_send_encoder_matches_the_hand_built_layout_and_message_size() -> None:
     frame = hand_built_send()
     h, body = split(frame)
