@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -62,11 +63,20 @@ class Mounts:
         self.mounted.append(path)
         return path
 
-    def remount(self, path: Path, mode: str) -> None:
-        """``mode`` "ro" (writes then fail with EROFS) or "rw"."""
-        r = subprocess.run(["mount", "-o", f"remount,{mode}", str(path)], capture_output=True, text=True, check=False)
-        if r.returncode != 0:
-            raise RuntimeError(f"remount,{mode} of {path} failed: {r.stderr.strip()}")
+    def remount(self, path: Path, mode: str, timeout_s: float = 30.0) -> None:
+        """``mode`` "ro" (writes then fail with EROFS) or "rw".
+
+        A remount to read-only fails with "busy" while a file on it is open for writing (a spill or
+        a probe in progress); the kernel's own remount after an error does not wait, so this tries
+        again until the file system is read-only, within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            r = subprocess.run(["mount", "-o", f"remount,{mode}", str(path)], capture_output=True, text=True,
+                               check=False)
+            if r.returncode == 0:
+                return
+            if "busy" not in r.stderr or time.monotonic() > deadline:
+                raise RuntimeError(f"remount,{mode} of {path} failed: {r.stderr.strip()}")
 
     def fill(self, path: Path, *, leave_bytes: int = 0, name: str = "filler") -> Path:
         """Write a file that fills the file system at ``path`` (up to ``leave_bytes`` free)."""
