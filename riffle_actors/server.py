@@ -51,6 +51,7 @@ from riffle_actors.io.malloc import tune_malloc
 from riffle_actors.io.probe import ProbeFn, probe_disk
 from riffle_actors.io.probe_fleet import ProbeFleet
 from riffle_actors.metrics import Metrics
+from riffle_actors.metrics_push import SERVER_JOB, MetricsPusher
 from riffle_actors.netaddr import advertised_ip
 from riffle_actors.runtime import (
     ActorSystem,
@@ -93,6 +94,7 @@ class ShuffleServer:
         self._grpc = None
         self._http = None
         self._refresher: asyncio.Task | None = None
+        self._pusher_task: asyncio.Task | None = None
         self._stopped = False
         self.app_manager = None
         self.admin: AdminService | None = None
@@ -198,10 +200,21 @@ class ShuffleServer:
             self.urpc_port = await self._urpc.start(cfg.urpc_bind_address, cfg.urpc_port)
         self._http, self.http_port = await start_http_server(self.admin, cfg.http_bind_address, cfg.http_port)
         await self._start_heartbeat(self.admin)
+        self._start_metrics_push(self.admin)
         logger.info("riffle-server {} listening: grpc {}:{} http {}:{}{}, memory {} bytes, data paths {}",
                     __version__, cfg.grpc_bind_address, self.grpc_port, cfg.http_bind_address, self.http_port,
                     f" urpc {cfg.urpc_bind_address}:{self.urpc_port}" if self._urpc else "",
                     cfg.memory_store.capacity, cfg.localfile_store.data_paths)
+
+    def _start_metrics_push(self, admin: AdminService) -> None:
+        """``[metrics] push_gateway_endpoint``: push to a Pushgateway as Riffle does (job ``uniffle-worker``,
+        labels ``worker_id`` and ``version``)."""
+        if not self.cfg.metrics.push_gateway_endpoint:
+            return
+        pusher = MetricsPusher(self.cfg.metrics, registry=self.metrics.registry, job=SERVER_JOB,
+                               grouping={"worker_id": self.server_id, "version": __version__},
+                               refresh=admin.refresh_snapshot, clock=self.clock)
+        self._pusher_task = asyncio.get_running_loop().create_task(pusher.run(), name="metrics-push")
 
     async def _start_heartbeat(self, admin: AdminService) -> None:
         if self.cfg.coordinator_quorum:
@@ -231,6 +244,9 @@ class ShuffleServer:
         if self._refresher is not None:
             self._refresher.cancel()
             self._refresher = None
+        if self._pusher_task is not None:  # [metrics] push_gateway_endpoint
+            self._pusher_task.cancel()
+            self._pusher_task = None
         if self._grpc is not None:
             await self._grpc.stop(min(grace, 5.0))
             self._grpc = None
