@@ -1,0 +1,155 @@
+"""A real cluster for riffle-ctl tests: one coordinator and shuffle servers as separate processes.
+
+``RealCluster.start(tmp)`` launches ``python -m riffle_actors.coordinator`` and each server
+(``python -m riffle_actors.server``) on port 0 with ``--port-file``, waits (on conditions) until
+every server is registered, and ``stop()`` terminates every process it started (SIGTERM, then
+SIGKILL after a bounded wait). ``ctl(...)`` runs ``python -m riffle_actors.ctl`` against it, and
+``shell(...)`` runs a shell pipeline of ctl commands (``$CTL`` in the command line).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.helpers import wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+ADMIN_TOKEN = "ctl-test-admin-token-0123456789"
+BASE_ENV = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+BASE_ENV.pop("RIFFLE_ADMIN_TOKEN", None)
+BASE_ENV.pop("RIFFLE_COORDINATOR", None)
+CTL = [sys.executable, "-m", "riffle_actors.ctl"]
+
+
+def _ports(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def http_json(url: str, method: str = "GET", body: Any = None, token: str | None = None) -> Any:
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
+
+
+@dataclass
+class Daemon:
+    proc: subprocess.Popen
+    ports: dict[str, Any]
+    log: Path
+
+
+@dataclass
+class RealCluster:
+    tmp: Path
+    coordinator: Daemon | None = None
+    servers: list[Daemon] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        assert self.coordinator is not None
+        return f"http://127.0.0.1:{self.coordinator.ports['http_port']}"
+
+    @property
+    def server_ids(self) -> list[str]:
+        return sorted(f"127.0.0.1-{s.ports['grpc_port']}" for s in self.servers)
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return {**BASE_ENV, "RIFFLE_COORDINATOR": self.url, **extra}
+
+    def _spawn(self, module: str, name: str, config: str, env: dict[str, str]) -> Daemon:
+        cfg = self.tmp / f"{name}.toml"
+        cfg.write_text(config)
+        port_file = self.tmp / f"{name}.ports.json"
+        log = self.tmp / f"{name}.out"
+        with open(log, "wb") as out:
+            proc = subprocess.Popen([sys.executable, "-m", module, "--config", str(cfg), "--port-file", str(port_file)],
+                                    env=env, stdout=out, stderr=subprocess.STDOUT)
+        daemon = Daemon(proc, {}, log)
+        try:
+            daemon.ports = wait_for(lambda: proc.poll() is None and _ports(port_file) or
+                                    (proc.poll() is not None and {"exited": proc.returncode}),
+                                    timeout=60, what=f"{name} listening")
+        except AssertionError:
+            proc.kill()
+            proc.wait()
+            raise
+        if "exited" in daemon.ports:
+            raise AssertionError(f"{name} exited with {proc.returncode}: {log.read_text()[-2000:]}")
+        return daemon
+
+    def start_coordinator(self, extra: str = "") -> None:
+        self.coordinator = self._spawn("riffle_actors.coordinator", "coordinator", f"""grpc_port = 0
+grpc_bind_address = "127.0.0.1"
+http_port = 0
+http_bind_address = "127.0.0.1"
+expiry_check_interval_sec = 0.2
+{extra}
+[app]
+heartbeat_timeout_sec = 3
+[client_conf]
+"rss.storage.type" = "MEMORY_LOCALFILE"
+""", {**BASE_ENV, "RIFFLE_ADMIN_TOKEN": ADMIN_TOKEN})
+
+    def start_server(self, name: str, extra: str = "", min_disks: int = 1) -> Daemon:
+        assert self.coordinator is not None
+        data = self.tmp / f"{name}-data"
+        server = self._spawn("riffle_actors.server", name, f"""grpc_port = 0
+grpc_bind_address = "127.0.0.1"
+http_port = 0
+http_bind_address = "127.0.0.1"
+coordinator_quorum = ["127.0.0.1:{self.coordinator.ports['grpc_port']}"]
+heartbeat_interval_seconds = 1
+grace_period_sec = 5
+tags = ["{name}"]
+{extra}
+[memory_store]
+capacity = "64M"
+[localfile_store]
+data_paths = ["{data}"]
+min_number_of_available_disks = {min_disks}
+""", BASE_ENV)
+        self.servers.append(server)
+        return server
+
+    def wait_registered(self, count: int) -> list[dict[str, Any]]:
+        return wait_for(lambda: (lambda s: s if len(s) >= count else None)(http_json(self.url + "/api/servers")),
+                        timeout=30, what=f"{count} servers registered")
+
+    def ctl(self, *args: str, stdin: str | None = None, token: bool = True, **env: str) -> subprocess.CompletedProcess:
+        extra = {"RIFFLE_ADMIN_TOKEN": ADMIN_TOKEN} if token else {}
+        return subprocess.run([*CTL, *args], env=self.env(**extra, **env), input=stdin, capture_output=True,
+                              text=True, timeout=60)
+
+    def shell(self, command: str) -> subprocess.CompletedProcess:
+        ctl = " ".join(shlex.quote(c) for c in CTL)
+        return subprocess.run(["bash", "-o", "pipefail", "-c", command.replace("riffle-ctl", ctl)],
+                              env=self.env(RIFFLE_ADMIN_TOKEN=ADMIN_TOKEN), capture_output=True, text=True,
+                              timeout=60)
+
+    def stop(self) -> None:
+        for d in [*self.servers, self.coordinator]:
+            if d is not None and d.proc.poll() is None:
+                d.proc.terminate()
+        for d in [*self.servers, self.coordinator]:
+            if d is None:
+                continue
+            try:
+                d.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                d.proc.kill()
+                d.proc.wait()
