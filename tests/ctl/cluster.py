@@ -92,7 +92,7 @@ class RealCluster:
             raise AssertionError(f"{name} exited with {proc.returncode}: {log.read_text()[-2000:]}")
         return daemon
 
-    def start_coordinator(self, extra: str = "") -> None:
+    def start_coordinator(self, extra: str = "", tables: str = "") -> None:
         self.coordinator = self._spawn("riffle_actors.coordinator", "coordinator", f"""grpc_port = 0
 grpc_bind_address = "127.0.0.1"
 http_port = 0
@@ -103,9 +103,10 @@ expiry_check_interval_sec = 0.2
 heartbeat_timeout_sec = 3
 [client_conf]
 "rss.storage.type" = "MEMORY_LOCALFILE"
+{tables}
 """, {**BASE_ENV, "RIFFLE_ADMIN_TOKEN": ADMIN_TOKEN})
 
-    def start_server(self, name: str, extra: str = "", min_disks: int = 1) -> Daemon:
+    def start_server(self, name: str, extra: str = "", min_disks: int = 1, tables: str = "") -> Daemon:
         assert self.coordinator is not None
         data = self.tmp / f"{name}-data"
         server = self._spawn("riffle_actors.server", name, f"""grpc_port = 0
@@ -122,6 +123,7 @@ capacity = "64M"
 [localfile_store]
 data_paths = ["{data}"]
 min_number_of_available_disks = {min_disks}
+{tables}
 """, BASE_ENV)
         self.servers.append(server)
         return server
