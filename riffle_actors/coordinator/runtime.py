@@ -35,15 +35,15 @@ import grpc
 from aiohttp import web
 from loguru import logger
 
+from riffle_actors import __version__
 from riffle_actors.coordinator.actors import AppRegistryActor, ClusterActor
 from riffle_actors.coordinator.apps import AppRegistry
 from riffle_actors.coordinator.cluster import ClusterRegistry, ExcludeFile
-from riffle_actors import __version__
 from riffle_actors.coordinator.config import CoordinatorConfig
 from riffle_actors.coordinator.metrics import CoordinatorMetrics
-from riffle_actors.metrics_push import COORDINATOR_JOB, MetricsPusher
 from riffle_actors.coordinator.service import CoordinatorService
 from riffle_actors.credentials import AdminCredentials
+from riffle_actors.metrics_push import COORDINATOR_JOB, MetricsPusher
 from riffle_actors.protocol.proto import uniffle_pb2_grpc as pb_grpc
 from riffle_actors.runtime import ActorRef, ActorSystem, ChildSpec, Clock, RestartPolicy, SystemClock
 from riffle_actors.transport.coordinator_grpc import CoordinatorServicer

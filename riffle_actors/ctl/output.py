@@ -58,7 +58,7 @@ def read_ids(text: str) -> list[str]:
     ids = []
     for i, record in enumerate(records):
         if not isinstance(record, dict):
-            raise ValueError(f"record {i} on stdin is not an object with an id")
+            raise ValueError(f"record {i} on stdin is not an object with an id")  # noqa: TRY004 - bad input
         value = record.get("id", record.get("server_id"))
         if value in (None, ""):
             raise ValueError(f"record {i} on stdin has no 'id' column (select id from instances ...); "

@@ -47,13 +47,12 @@ and encodes its typed answer. It does not cover: the decisions (the service) or 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import re
 import time
 from collections import Counter
+from collections.abc import Callable
 from importlib import resources
+from typing import Any
 
 import orjson
 from aiohttp import web

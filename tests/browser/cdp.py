@@ -51,10 +51,10 @@ class Browser:
         assert binary is not None
         profile = tmp / "chromium-profile"
         profile.mkdir()
-        log = open(tmp / "chromium.log", "wb")
-        proc = subprocess.Popen([binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank"],
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        log.close()
+        with open(tmp / "chromium.log", "wb") as log:  # noqa: ASYNC230 - a local file, opened once
+            proc = subprocess.Popen(  # noqa: ASYNC220 - starts at once; we then wait on its port file
+                [binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank"],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         session = aiohttp.ClientSession()
         try:
             port_file = profile / "DevToolsActivePort"

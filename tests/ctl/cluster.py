@@ -129,19 +129,22 @@ min_number_of_available_disks = {min_disks}
         return server
 
     def wait_registered(self, count: int) -> list[dict[str, Any]]:
-        return wait_for(lambda: (lambda s: s if len(s) >= count else None)(http_json(self.url + "/api/servers")),
-                        timeout=30, what=f"{count} servers registered")
+        def registered() -> list[dict[str, Any]] | None:
+            servers = http_json(self.url + "/api/servers")
+            return servers if len(servers) >= count else None
+
+        return wait_for(registered, timeout=30, what=f"{count} servers registered")
 
     def ctl(self, *args: str, stdin: str | None = None, token: bool = True, **env: str) -> subprocess.CompletedProcess:
         extra = {"RIFFLE_ADMIN_TOKEN": ADMIN_TOKEN} if token else {}
         return subprocess.run([*CTL, *args], env=self.env(**extra, **env), input=stdin, capture_output=True,
-                              text=True, timeout=60)
+                              text=True, timeout=60, check=False)
 
     def shell(self, command: str) -> subprocess.CompletedProcess:
         ctl = " ".join(shlex.quote(c) for c in CTL)
         return subprocess.run(["bash", "-o", "pipefail", "-c", command.replace("riffle-ctl", ctl)],
                               env=self.env(RIFFLE_ADMIN_TOKEN=ADMIN_TOKEN), capture_output=True, text=True,
-                              timeout=60)
+                              timeout=60, check=False)
 
     def stop(self) -> None:
         for d in [*self.servers, self.coordinator]:

@@ -31,8 +31,11 @@ def status_of(cluster: RealCluster, sid: str) -> str:
 
 
 def wait_status(cluster: RealCluster, tag: str, status: str) -> dict:
-    return wait_for(lambda: (lambda s: s if s and s["status"] == status else None)(servers_by_tag(cluster).get(tag)),
-                    timeout=30, what=f"server {tag} {status}")
+    def reached() -> dict | None:
+        server = servers_by_tag(cluster).get(tag)
+        return server if server and server["status"] == status else None
+
+    return wait_for(reached, timeout=30, what=f"server {tag} {status}")
 
 
 def test_query_in_every_format(cluster: RealCluster) -> None:

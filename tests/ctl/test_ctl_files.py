@@ -19,7 +19,6 @@ from riffle_actors.protocol.index import decode_index
 from riffle_actors.protocol.proto import uniffle_pb2 as pb
 from riffle_actors.protocol.proto import uniffle_pb2_grpc as pbg
 from tests.ctl.cluster import BASE_ENV, RealCluster, http_json
-from tests.helpers import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -55,8 +55,11 @@ def _assign(cluster: RealCluster, app_id: str, partitions: int) -> None:
 
 def test_coordinator_metrics(cluster: RealCluster) -> None:
     url = cluster.url + "/metrics"
-    m = wait_for(lambda: (lambda s: s if value(s, "riffle_coordinator_servers", status="UNHEALTHY") == 1 else None)(
-        scrape(url)), timeout=30, what="the sick server counted UNHEALTHY")
+    def counted() -> dict | None:
+        s = scrape(url)
+        return s if value(s, "riffle_coordinator_servers", status="UNHEALTHY") == 1 else None
+
+    m = wait_for(counted, timeout=30, what="the sick server counted UNHEALTHY")
     assert value(m, "riffle_coordinator_servers", status="ACTIVE") == 1
     assert value(m, "riffle_coordinator_servers", status="LOST") == 0
     assert 0 <= value(m, "riffle_coordinator_heartbeat_lag_seconds") < 10  # servers beat every second
@@ -110,7 +113,7 @@ def pushgateway(tmp_path: Path) -> Iterator[str]:
                                 stderr=subprocess.DEVNULL)
         url = f"http://127.0.0.1:{port}"
 
-        def up() -> bool:
+        def up(proc: subprocess.Popen = proc, url: str = url) -> bool:
             if proc.poll() is not None:
                 return True
             try:

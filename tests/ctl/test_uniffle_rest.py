@@ -47,10 +47,13 @@ def by_tag(cluster: RealCluster) -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def ready(cluster: RealCluster) -> dict[str, dict]:
-    return wait_for(lambda: (lambda s: s if s.get("sick", {}).get("status") == "UNHEALTHY"
-                             and s.get("healthy", {}).get("status") == "ACTIVE"
-                             and all(x["disks"] for x in s.values()) else None)(by_tag(cluster)),
-                    timeout=30, what="healthy ACTIVE and sick UNHEALTHY, with disks reported")
+    def settled() -> dict[str, dict] | None:
+        s = by_tag(cluster)
+        ok = (s.get("sick", {}).get("status") == "UNHEALTHY" and s.get("healthy", {}).get("status") == "ACTIVE"
+              and all(x["disks"] for x in s.values()))
+        return s if ok else None
+
+    return wait_for(settled, timeout=30, what="healthy ACTIVE and sick UNHEALTHY, with disks reported")
 
 
 def test_nodes_shape_field_by_field(cluster: RealCluster, ready: dict[str, dict]) -> None:
