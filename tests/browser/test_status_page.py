@@ -86,9 +86,11 @@ async def test_status_page_shows_the_cluster(browser: Browser, cluster: RealClus
         return "application_1764547200000_0002" in await rows("apps", "data-app-id")
 
     await poll_until(live_app_shown, timeout=30, interval=0.2)
+    alpha = next(s["id"] for s in http_json(cluster.url + "/api/servers") if "alpha" in s["tags"])
+    apps_cell = f"document.querySelector('#servers tr[data-server-id=\"{alpha}\"]').children[4].innerText"
+    assert int(await browser.evaluate(apps_cell)) >= 1  # the live app's shuffles were assigned to alpha
 
     # it refreshes itself: decommission a server and watch the page change without a reload
-    alpha = next(s["id"] for s in http_json(cluster.url + "/api/servers") if "alpha" in s["tags"])
     http_json(f"{cluster.url}/api/servers/{alpha}/status", "POST", {"status": "DECOMMISSIONING"}, ADMIN_TOKEN)
 
     async def decommission_shown():

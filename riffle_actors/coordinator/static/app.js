@@ -42,7 +42,9 @@ function bar(fraction) {
   return el("span", { class: "bar", title: `${pct}%` }, fill);
 }
 
-function serverRow(s) {
+// apps per server: the live apps whose assignments use it (the coordinator's view), or what the
+// server's heartbeat lists, whichever is larger
+function serverRow(s, appsOn) {
   const total = s.used_memory + s.available_memory;
   const disks = el("td");
   for (const d of s.disks) {
@@ -57,7 +59,7 @@ function serverRow(s) {
     el("td", {}, el("span", { class: `status ${s.status}` }, s.status)),
     el("td", {}, bar(total ? s.used_memory / total : 0), `${bytes(s.used_memory)} / ${bytes(total)}`),
     disks,
-    el("td", { class: "num" }, s.app_count),
+    el("td", { class: "num" }, Math.max(s.app_count, appsOn[s.id] || 0)),
     el("td", { class: "num" }, s.total_assigned_partitions),
     tags,
     el("td", {}, ago(s.heartbeat_age_s)),
@@ -99,7 +101,9 @@ async function refresh() {
     document.getElementById("server-count").textContent = `(${servers.length})`;
     document.getElementById("app-count").textContent = `(${apps.length})`;
     document.getElementById("history-count").textContent = `(${history.length})`;
-    fill("servers", servers.map(serverRow), "no server registered", 9);
+    const appsOn = {};
+    for (const a of apps) for (const id of a.servers) appsOn[id] = (appsOn[id] || 0) + 1;
+    fill("servers", servers.map((s) => serverRow(s, appsOn)), "no server registered", 9);
     fill("apps", apps.map((a) => appRow(a, false)), "no live application", 7);
     fill("history", history.map((a) => appRow(a, true)), "no expired application", 7);
     document.getElementById("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
