@@ -61,7 +61,7 @@ def _register(cluster: RealCluster, app_id: str, user: str) -> None:
 
 async def test_status_page_shows_the_cluster(browser: Browser, cluster: RealCluster) -> None:
     ids = cluster.server_ids
-    _register(cluster, "application_1764547200000_0001", "etl")  # expires (3 s) into the history
+    _register(cluster, "application_1764547200000_0001", "etl")  # expires (5 s) into the history
     await poll_until(lambda: http_json(cluster.url + "/api/historical_apps"), timeout=30)
     _register(cluster, "application_1764547200000_0002", "analytics")
 

@@ -15,10 +15,15 @@ import shlex
 import subprocess
 import sys
 import urllib.request
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import grpc
+
+from riffle_actors.protocol.proto import uniffle_pb2 as pb
+from riffle_actors.protocol.proto import uniffle_pb2_grpc as pbg
 from tests.helpers import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,6 +49,23 @@ def http_json(url: str, method: str = "GET", body: Any = None, token: str | None
     req = urllib.request.Request(url, data=data, method=method, headers=headers)
     with urllib.request.urlopen(req, timeout=10) as r:
         return json.loads(r.read())
+
+
+def send_blocks(grpc_port: int, app_id: str, blocks: list[bytes]) -> None:
+    """Register app ``app_id`` shuffle 0 on a server and send ``blocks`` to partition 0 (real crc32s)."""
+    with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+        stub = pbg.ShuffleServerStub(channel)
+        assert stub.registerShuffle(pb.ShuffleRegisterRequest(
+            appId=app_id, shuffleId=0, partitionRanges=[pb.ShufflePartitionRange(start=0, end=0)])).status == 0
+        ticket = stub.requireBuffer(pb.RequireBufferRequest(requireSize=sum(len(b) + 32 for b in blocks),
+                                                            appId=app_id))
+        assert ticket.status == 0
+        sent = stub.sendShuffleData(pb.SendShuffleDataRequest(
+            appId=app_id, shuffleId=0, requireBufferId=ticket.requireBufferId,
+            shuffleData=[pb.ShuffleData(partitionId=0, block=[
+                pb.ShuffleBlock(blockId=100 + i, length=len(b), uncompressLength=len(b), crc=zlib.crc32(b), data=b,
+                                taskAttemptId=7) for i, b in enumerate(blocks)])]))
+        assert sent.status == 0
 
 
 @dataclass
@@ -100,7 +122,7 @@ http_bind_address = "127.0.0.1"
 expiry_check_interval_sec = 0.2
 {extra}
 [app]
-heartbeat_timeout_sec = 3
+heartbeat_timeout_sec = 5
 [client_conf]
 "rss.storage.type" = "MEMORY_LOCALFILE"
 {tables}

@@ -6,19 +6,15 @@ from __future__ import annotations
 import json
 import re
 import signal
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-import grpc
 import pytest
 
 from riffle_actors.config import load_config
 from riffle_actors.coordinator.config import load_coordinator_config
 from riffle_actors.protocol.index import decode_index
-from riffle_actors.protocol.proto import uniffle_pb2 as pb
-from riffle_actors.protocol.proto import uniffle_pb2_grpc as pbg
-from tests.ctl.cluster import BASE_ENV, RealCluster, http_json
+from tests.ctl.cluster import BASE_ENV, RealCluster, http_json, send_blocks
 
 pytestmark = pytest.mark.integration
 
@@ -33,27 +29,11 @@ def small_cluster(tmp_path: Path) -> Iterator[RealCluster]:
         c.stop()
 
 
-def _send_blocks(grpc_port: int, app_id: str, blocks: list[bytes]) -> None:
-    with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
-        stub = pbg.ShuffleServerStub(channel)
-        assert stub.registerShuffle(pb.ShuffleRegisterRequest(
-            appId=app_id, shuffleId=0, partitionRanges=[pb.ShufflePartitionRange(start=0, end=0)])).status == 0
-        ticket = stub.requireBuffer(pb.RequireBufferRequest(requireSize=sum(len(b) + 32 for b in blocks),
-                                                            appId=app_id))
-        assert ticket.status == 0
-        sent = stub.sendShuffleData(pb.SendShuffleDataRequest(
-            appId=app_id, shuffleId=0, requireBufferId=ticket.requireBufferId,
-            shuffleData=[pb.ShuffleData(partitionId=0, block=[
-                pb.ShuffleBlock(blockId=100 + i, length=len(b), uncompressLength=len(b), crc=zlib.crc32(b), data=b,
-                                taskAttemptId=7) for i, b in enumerate(blocks)])]))
-        assert sent.status == 0
-
-
 def test_inspect_checks_every_block_of_a_real_servers_files(small_cluster: RealCluster, tmp_path: Path) -> None:
     server = small_cluster.start_server("writer")
     small_cluster.wait_registered(1)
     blocks = [bytes([i]) * (1000 + i) + b"payload" for i in range(4)]
-    _send_blocks(server.ports["grpc_port"], "app-inspect", blocks)
+    send_blocks(server.ports["grpc_port"], "app-inspect", blocks)
     server.proc.send_signal(signal.SIGTERM)  # flushes memory to disk before it exits
     assert server.proc.wait(60) == 0
     [index] = list((tmp_path / "writer-data").rglob("*.index"))

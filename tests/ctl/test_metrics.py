@@ -21,8 +21,7 @@ from riffle_actors.config import ConfigError, load_config
 from riffle_actors.coordinator.config import load_coordinator_config
 from riffle_actors.protocol.proto import uniffle_pb2 as pb
 from riffle_actors.protocol.proto import uniffle_pb2_grpc as pb_grpc
-from tests.ctl.cluster import REPO, RealCluster
-from tests.ctl.test_ctl_files import _send_blocks
+from tests.ctl.cluster import REPO, RealCluster, send_blocks
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.integration
@@ -76,7 +75,7 @@ def test_coordinator_metrics(cluster: RealCluster) -> None:
 
 def test_every_dashboard_panel_queries_an_exported_metric(cluster: RealCluster) -> None:
     healthy = next(s for s in cluster.servers if "healthy" in s.log.name)
-    _send_blocks(healthy.ports["grpc_port"], "app-dashboard", [b"x" * 1000])  # rpc metrics have samples now
+    send_blocks(healthy.ports["grpc_port"], "app-dashboard", [b"x" * 1000])  # rpc metrics have samples now
     _assign(cluster, "app-dashboard", 2)
     exported: set[str] = set(scrape(cluster.url + "/metrics"))
     for server in cluster.servers:

@@ -131,7 +131,7 @@ def test_application_listings(cluster: RealCluster, ready: dict[str, dict]) -> N
     url = cluster.url + "/api/server/applications"
 
     def listed(body: dict) -> list[dict]:
-        _register(cluster, apps)  # apps expire after 3 s of silence in this cluster: keep them alive
+        _register(cluster, apps)  # apps expire after 5 s of silence in this cluster: keep them alive
         return ok(http_json(url, "POST", body))
 
     everything = listed({"pageSize": 100, "appIdRegex": "application_17_.*"})
