@@ -13,8 +13,9 @@ the transports that call them (gRPC, HTTP, the coordinator client of the heartbe
       app_manager        AppManagerActor (permanent)
       heartbeat          HeartbeatActor, when coordinator_quorum is set
 
-Shutdown (SIGTERM): stop taking RPCs (gRPC grace period), spill what is in memory within
-``grace_period_sec``, then stop every actor; exit code 0.
+Shutdown (SIGTERM): tell every coordinator that this server is stopping (a DECOMMISSIONED
+heartbeat, so it gets no new apps), stop taking RPCs (gRPC grace period), spill what is in memory
+within ``grace_period_sec``, then stop every actor; exit code 0.
 
 Disk health: a ``DiskHealthBoard`` owned by the DiskMonitor (probes out of process, IO failures
 reported by the Disk actors) decides which disks take data; the SpillDispatcher, the service's
@@ -40,7 +41,7 @@ from riffle_actors.actors.app import AppActor
 from riffle_actors.actors.app_manager import AppDirectory, AppManagerActor, CheckExpiredApps, FlushAllApps
 from riffle_actors.actors.disk import DiskActor, DiskResources
 from riffle_actors.actors.disk_monitor import DiskMonitorActor
-from riffle_actors.actors.heartbeat import HeartbeatActor
+from riffle_actors.actors.heartbeat import AnnounceStopping, HeartbeatActor
 from riffle_actors.actors.memory import AttachAppManager, ExpireTickets, MemoryManagerActor
 from riffle_actors.actors.spill import SpillDispatcherActor
 from riffle_actors.actors.storage_messages import RunProbeRound
@@ -71,6 +72,9 @@ from riffle_actors.transport.grpc_server import ShuffleServerServicer, start_grp
 from riffle_actors.transport.http_server import start_http_server
 from riffle_actors.transport.urpc_server import UrpcServer
 
+#: How long a graceful stop waits for the coordinators to take the "stopping" heartbeat.
+ANNOUNCE_TIMEOUT_S = 2.0
+
 
 class ShuffleServer:
     def __init__(self, cfg: ServerConfig, *, clock: Clock | None = None,
@@ -97,6 +101,7 @@ class ShuffleServer:
         self._pusher_task: asyncio.Task | None = None
         self._stopped = False
         self.app_manager = None
+        self.heartbeat = None
         self.admin: AdminService | None = None
         self.ip = "127.0.0.1"
         self.server_id = ""
@@ -234,6 +239,16 @@ class ShuffleServer:
             self.cfg.coordinator_quorum, interval, admin.heartbeat_snapshot, clock=self.clock,
             connect=GrpcCoordinatorLink)))
 
+    async def _announce_stop(self) -> None:
+        """Tell every coordinator at once that this server is leaving (bounded: ANNOUNCE_TIMEOUT_S)."""
+        if self.heartbeat is None:
+            return
+        try:
+            await asyncio.wait_for(self.heartbeat.ask(AnnounceStopping(timeout_s=ANNOUNCE_TIMEOUT_S)),
+                                   timeout=ANNOUNCE_TIMEOUT_S + 1.0)
+        except Exception as e:  # noqa: BLE001 - the stop goes on; the heartbeat timeout still applies
+            logger.warning("could not announce the stop to the coordinators: {!r}", e)
+
     async def stop(self, grace_s: float | None = None) -> None:
         """Stop serving, flush memory within the grace period, stop every actor. Idempotent."""
         if self._stopped:
@@ -241,6 +256,7 @@ class ShuffleServer:
         self._stopped = True
         self.metrics.loop_lag.stop()
         grace = self.cfg.grace_period_sec if grace_s is None else grace_s
+        await self._announce_stop()
         if self._refresher is not None:
             self._refresher.cancel()
             self._refresher = None

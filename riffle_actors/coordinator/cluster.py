@@ -9,7 +9,8 @@ by the server id ``"<ip>-<grpcPort>[-<nettyPort>]"``) and the rules of spec §7.
   coordinator we do expire dead servers, and a stale node is never a candidate even before
   the next sweep;
 - the reported status is the heartbeat's ``status`` field, except that ``isHealthy=false``
-  makes it UNHEALTHY (what Riffle and the Java coordinator do with that field);
+  makes it UNHEALTHY (what Riffle and the Java coordinator do with that field); a server that
+  stops gracefully announces it with a DECOMMISSIONED heartbeat, which ends its assignments at once;
 - an operator override (HTTP ``POST /api/servers/{id}/status``) can force DECOMMISSIONING;
   it survives expiry so a restarted server stays drained; DECOMMISSIONED (``riffle-ctl instance
   kill``) takes the server out of every assignment until an operator sets ACTIVE again;
@@ -236,7 +237,10 @@ class ClusterRegistry:
             )
             return True
         if node.heartbeat.reported_status is not hb.reported_status:
-            logger.info("server {} reports {}", hb.id, hb.reported_status.name)
+            if hb.reported_status is ServerStatus.DECOMMISSIONED:
+                logger.info("server {} announced that it is stopping: no new assignments", hb.id)
+            else:
+                logger.info("server {} reports {}", hb.id, hb.reported_status.name)
         if node.peer_host != peer_host:
             self._count_host(node.peer_host, -1)
             self._count_host(peer_host, +1)
