@@ -47,7 +47,7 @@ from riffle_actors.metrics_push import COORDINATOR_JOB, MetricsPusher
 from riffle_actors.protocol.proto import uniffle_pb2_grpc as pb_grpc
 from riffle_actors.runtime import ActorRef, ActorSystem, ChildSpec, Clock, RestartPolicy, SystemClock
 from riffle_actors.transport.coordinator_grpc import CoordinatorServicer
-from riffle_actors.transport.coordinator_http import REFRESH_METRICS, build_app
+from riffle_actors.transport.coordinator_http import REFRESH_METRICS, build_app, flatten_config
 from riffle_actors.transport.listen import bind_grpc, start_tcp_site
 
 GRPC_OPTIONS = [
@@ -86,6 +86,7 @@ class Coordinator:
         self._grpc: grpc.aio.Server | None = None
         self._http: web.AppRunner | None = None
         self._started_at = 0.0
+        self._started_epoch_ms = 0
         self.metrics = CoordinatorMetrics()
         self.pusher: MetricsPusher | None = None
         self._push_task: asyncio.Task[None] | None = None
@@ -93,6 +94,7 @@ class Coordinator:
     async def start(self) -> None:
         cfg, clock = self.cfg, self.clock
         self._started_at = clock.monotonic()
+        self._started_epoch_ms = int(clock.time() * 1000)
         exclude = ExcludeFile(cfg.exclude_nodes_file) if cfg.exclude_nodes_file else None
         self.cluster_ref = await self.system.start_child(
             None,
@@ -133,6 +135,8 @@ class Coordinator:
                 uptime_s=lambda: clock.monotonic() - self._started_at,
                 auth=self.admin,
                 metrics=self.metrics,
+                info=self._info,
+                config_items=lambda: flatten_config(cfg.model_dump(mode="json")),
             )
             self._http = web.AppRunner(app, access_log=None, handle_signals=False)
             await self._http.setup()
@@ -158,6 +162,13 @@ class Coordinator:
             logger.info("HTTP admin endpoints need credentials ({})", _schemes(self.admin))
         else:
             logger.info("HTTP admin endpoints are disabled: no admin credentials are configured")
+
+    def _info(self) -> dict[str, object]:
+        """Uniffle's ``/api/coordinator/info`` (ports as strings, as upstream)."""
+        host = self.cfg.grpc_bind_address
+        return {"coordinatorId": f"{host}-{self.grpc_port}", "serverIp": host, "serverPort": str(self.grpc_port),
+                "serverWebPort": str(self.http_port), "version": __version__, "gitCommitId": "",
+                "startTime": self._started_epoch_ms}
 
     async def stop(self, grace_s: float = 1.0) -> None:
         if self._push_task is not None:

@@ -32,6 +32,9 @@ Every answer is upstream's envelope ``{"code": 0, "data": ..., "errMsg": null}``
 | ``GET /api/app/total`` | ``{"appCurrent", "appTotality"}`` |
 | ``GET /api/app/userTotal`` | ``[{"userName", "appNum"}]``, most apps first |
 | ``GET /api/app/appInfos`` | ``AppInfoVO`` objects, newest registration first |
+| ``GET /api/coordinator/info`` | ``{"coordinatorId", "serverIp", "serverPort", "serverWebPort", "version", "gitCommitId", "startTime"}`` (ports as strings, as upstream) |
+| ``GET /api/coordinator/conf`` | ``[{"argumentKey", "argumentValue"}]``: the config as dotted keys, ``[admin]`` left out |
+| ``GET /api/coordinator/prometheus/metrics/all`` | the Prometheus text of ``/metrics`` (not enveloped, as upstream) |
 
 ``/api/health`` also shows the admission counters: ``max_servers``, ``server_id_conflicts`` (each
 conflict counted once) and ``heartbeats_refused`` (refused heartbeats by kind).
@@ -215,6 +218,8 @@ def build_app(
     uptime_s: Callable[[], float],
     auth: AdminCredentials,
     metrics: CoordinatorMetrics | None = None,
+    info: Callable[[], dict[str, Any]] | None = None,
+    config_items: Callable[[], list[tuple[str, str]]] | None = None,
 ) -> web.Application:
     """The aiohttp application; the caller runs it (``runtime.Coordinator``)."""
     metrics = metrics if metrics is not None else CoordinatorMetrics()
@@ -396,6 +401,13 @@ def build_app(
         live = sorted(await service.list_apps(), key=lambda a: a.registered_epoch_ms, reverse=True)
         return _ok([uniffle_app_info(a) for a in live])
 
+    async def u_coordinator_info(_: web.Request) -> web.Response:
+        return _ok(info() if info is not None else {})
+
+    async def u_coordinator_conf(_: web.Request) -> web.Response:
+        items = config_items() if config_items is not None else []
+        return _ok([{"argumentKey": k, "argumentValue": v} for k, v in items])
+
     # -------------------------------------------------------------- the status page
     async def index(_: web.Request) -> web.StreamResponse:
         raise web.HTTPFound("/ui/")
@@ -431,11 +443,29 @@ def build_app(
     app.router.add_get("/api/app/total", u_app_total)
     app.router.add_get("/api/app/userTotal", u_user_total)
     app.router.add_get("/api/app/appInfos", u_app_infos)
+    app.router.add_get("/api/coordinator/info", u_coordinator_info)
+    app.router.add_get("/api/coordinator/conf", u_coordinator_conf)
+    app.router.add_get("/api/coordinator/prometheus/metrics/all", prometheus)
     app.router.add_get("/", index)
     app.router.add_get("/ui/", static)
     app.router.add_get("/ui/{name}", static)
     app[REFRESH_METRICS] = refresh_metrics
     return app
+
+
+def flatten_config(data: dict[str, Any], prefix: str = "") -> list[tuple[str, str]]:
+    """A config dump as sorted ``(dotted key, value)`` pairs; the ``admin`` section (secrets) is left out."""
+    out: list[tuple[str, str]] = []
+    for key, value in data.items():
+        if not prefix and key == "admin":
+            continue
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and key not in ("client_conf", "conf", "labels"):
+            out.extend(flatten_config(value, dotted + "."))
+        else:
+            text = value if isinstance(value, str) else orjson.dumps(value).decode()
+            out.append((dotted, re.sub(r"://[^/@\s]*@", "://***@", text)))  # no credentials in URLs
+    return sorted(out)
 
 
 def _load_static() -> dict[str, tuple[bytes, str]]:

@@ -169,3 +169,13 @@ def test_coordinator_metrics_text() -> None:
     assert samples[("riffle_coordinator_heartbeat_age_seconds_bucket", (("le", "10.0"),))] == 1
     assert samples[("riffle_coordinator_heartbeat_age_seconds_count", ())] == 2
     assert samples[("riffle_coordinator_rpc_total", (("rpc", "heartbeat"),))] == 5
+
+
+def test_coordinator_conf_listing_leaves_secrets_out() -> None:
+    from riffle_actors.transport.coordinator_http import flatten_config
+
+    items = dict(flatten_config({"admin": {"token": "s" * 20}, "grpc_port": 21000,
+                                 "metrics": {"push_gateway_endpoint": "http://user:pw@gw:9091", "labels": {"a": "b"}},
+                                 "server": {"allowed_networks": ["10.0.0.0/8"]}}))
+    assert items == {"grpc_port": "21000", "metrics.push_gateway_endpoint": "http://***@gw:9091",
+                     "metrics.labels": '{"a":"b"}', "server.allowed_networks": '["10.0.0.0/8"]'}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import urllib.error
+import urllib.request
 
 import grpc
 import pytest
@@ -164,3 +165,20 @@ def test_application_listings(cluster: RealCluster, ready: dict[str, dict]) -> N
                              "hadoopTotalSize", "totalSize"}
         assert info["userName"] == apps[info["appId"]] and info["version"] == "0.9.2"
     assert [i["registrationTime"] for i in infos] == sorted((i["registrationTime"] for i in infos), reverse=True)
+
+
+def test_coordinator_info_conf_and_metrics(cluster: RealCluster, ready: dict[str, dict]) -> None:
+    info = ok(http_json(cluster.url + "/api/coordinator/info"))
+    assert set(info) == {"coordinatorId", "serverIp", "serverPort", "serverWebPort", "version", "gitCommitId",
+                         "startTime"}
+    assert info["serverPort"] == str(cluster.coordinator.ports["grpc_port"])  # strings, as upstream
+    assert info["serverWebPort"] == str(cluster.coordinator.ports["http_port"])
+    assert info["serverIp"] == "127.0.0.1" and info["startTime"] > 0
+    conf = ok(http_json(cluster.url + "/api/coordinator/conf"))
+    assert all(set(c) == {"argumentKey", "argumentValue"} for c in conf)
+    items = {c["argumentKey"]: c["argumentValue"] for c in conf}
+    assert items["app.heartbeat_timeout_sec"] == "5.0" and items["http_bind_address"] == "127.0.0.1"
+    assert items["client_conf"] == '{"rss.storage.type":"MEMORY_LOCALFILE"}'
+    assert not any(k.startswith("admin") for k in items)  # secrets stay out
+    with urllib.request.urlopen(cluster.url + "/api/coordinator/prometheus/metrics/all", timeout=10) as r:
+        assert 'riffle_coordinator_servers{status="ACTIVE"} 1.0' in r.read().decode()
