@@ -314,6 +314,11 @@ class ServerConfig(StrictModel):
     tags: list[str] = Field(default_factory=list, description="extra tags sent in heartbeats")
     heartbeat_interval_seconds: int = Field(10, ge=1, description="period of the coordinator heartbeat")
     grace_period_sec: int = Field(30, ge=0, description="on SIGTERM, time allowed to flush memory to disk")
+    decommission_check_interval_sec: float = Field(
+        10.0, gt=0, description="while DECOMMISSIONING, how often the server checks whether its last app is gone "
+                                "(then it stops itself as on SIGTERM)")
+    admin: AdminConfig = Field(default_factory=AdminConfig,
+                               description="credentials of the HTTP admin routes (/admin: kill, decommission)")
     memory_store: MemoryStoreConfig = Field(default_factory=MemoryStoreConfig)
     localfile_store: LocalfileStoreConfig = Field(default_factory=LocalfileStoreConfig)
     hybrid_store: HybridStoreConfig = Field(default_factory=HybridStoreConfig)

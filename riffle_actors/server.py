@@ -13,6 +13,10 @@ the transports that call them (gRPC, HTTP, the coordinator client of the heartbe
       app_manager        AppManagerActor (permanent)
       heartbeat          HeartbeatActor, when coordinator_quorum is set
 
+Operator actions (``riffle_actors.decommission.Lifecycle``, reached through the HTTP ``/admin``
+routes and the ``ShuffleServerInternal`` gRPC service, both guarded by ``[admin]``): kill runs the
+same graceful stop as SIGTERM; decommission reports DECOMMISSIONING and stops once no app is left.
+
 Shutdown (SIGTERM): tell every coordinator that this server is stopping (a DECOMMISSIONED
 heartbeat, so it gets no new apps), stop taking RPCs (gRPC grace period), spill what is in memory
 within ``grace_period_sec``, then stop every actor; exit code 0.
@@ -41,12 +45,14 @@ from riffle_actors.actors.app import AppActor
 from riffle_actors.actors.app_manager import AppDirectory, AppManagerActor, CheckExpiredApps, FlushAllApps
 from riffle_actors.actors.disk import DiskActor, DiskResources
 from riffle_actors.actors.disk_monitor import DiskMonitorActor
-from riffle_actors.actors.heartbeat import AnnounceStopping, HeartbeatActor
+from riffle_actors.actors.heartbeat import AnnounceStopping, HeartbeatActor, HeartbeatSnapshot, SendHeartbeatNow
 from riffle_actors.actors.memory import AttachAppManager, ExpireTickets, MemoryManagerActor
 from riffle_actors.actors.spill import SpillDispatcherActor
 from riffle_actors.actors.storage_messages import RunProbeRound
 from riffle_actors.admin import AdminService, HealthRules, ServerIdentity
-from riffle_actors.config import ServerConfig, load_config
+from riffle_actors.config import ConfigError, ServerConfig, load_config
+from riffle_actors.credentials import AdminCredentialError, AdminCredentials
+from riffle_actors.decommission import Lifecycle
 from riffle_actors.io.local import LOCAL_IO, LocalIO
 from riffle_actors.io.malloc import tune_malloc
 from riffle_actors.io.probe import ProbeFn, probe_disk
@@ -70,6 +76,7 @@ from riffle_actors.state.tickets import TicketBook
 from riffle_actors.transport.coordinator_client import GrpcCoordinatorLink
 from riffle_actors.transport.grpc_server import ShuffleServerServicer, start_grpc_server
 from riffle_actors.transport.http_server import start_http_server
+from riffle_actors.transport.server_internal import ShuffleServerInternalServicer
 from riffle_actors.transport.urpc_server import UrpcServer
 
 #: How long a graceful stop waits for the coordinators to take the "stopping" heartbeat.
@@ -116,6 +123,15 @@ class ShuffleServer:
         self._probe_fn = probe_fn
         self._probe_fleet_factory = probe_fleet_factory or ProbeFleet
         self._disk_resources: dict[str, DiskResources] = {}
+        self.lifecycle: Lifecycle | None = None
+        #: how an operator's kill (or a finished decommission) stops this server: ``serve`` sets its
+        #: stop event (the SIGTERM path); in process, ``stop()`` runs in the background
+        self.request_stop: Callable[[], None] = self._stop_in_background
+        self._stop_task: asyncio.Task | None = None
+
+    def _stop_in_background(self) -> None:
+        if self._stop_task is None:
+            self._stop_task = asyncio.get_running_loop().create_task(self.stop(), name="server-stop")
 
     def _on_escalation(self, exc: BaseException) -> None:
         self.escalated = exc
@@ -186,9 +202,13 @@ class ShuffleServer:
         self.service = ShuffleService(directory=self.directory, app_manager=self.app_manager, memory=self.memory,
                                       disks=self.disks, metrics=self.metrics, huge_partition_limit_bytes=huge_limit,
                                       disk_health=self.disk_health, max_read_length=cfg.grpc_max_message_size)
-        self._grpc, self.grpc_port = await start_grpc_server(ShuffleServerServicer(self.service, self.metrics),
-                                                             cfg.grpc_bind_address, cfg.grpc_port,
-                                                             cfg.grpc_max_message_size)
+        credentials = AdminCredentials.resolve(cfg.admin)
+        self.lifecycle = Lifecycle(apps=self.directory, clock=self.clock,
+                                   check_interval_s=cfg.decommission_check_interval_sec,
+                                   request_stop=lambda: self.request_stop(), announce=self._heartbeat_now)
+        self._grpc, self.grpc_port = await start_grpc_server(
+            ShuffleServerServicer(self.service, self.metrics), cfg.grpc_bind_address, cfg.grpc_port,
+            cfg.grpc_max_message_size, internal=ShuffleServerInternalServicer(self.lifecycle, credentials))
         self.admin = AdminService(
             clock=self.clock, metrics=self.metrics, system=system, budget=self.budget, directory=self.directory,
             memory=self.memory, spill=self.spill, app_manager=self.app_manager, disk_monitor=self.disk_monitor,
@@ -203,7 +223,8 @@ class ShuffleServer:
                                     max_requests_per_connection=uc.max_requests_per_connection,
                                     index_v2=uc.get_index_rpc_version == "V2")
             self.urpc_port = await self._urpc.start(cfg.urpc_bind_address, cfg.urpc_port)
-        self._http, self.http_port = await start_http_server(self.admin, cfg.http_bind_address, cfg.http_port)
+        self._http, self.http_port = await start_http_server(self.admin, cfg.http_bind_address, cfg.http_port,
+                                                             lifecycle=self.lifecycle, credentials=credentials)
         await self._start_heartbeat(self.admin)
         self._start_metrics_push(self.admin)
         logger.info("riffle-server {} listening: grpc {}:{} http {}:{}{}, memory {} bytes, data paths {}",
@@ -236,8 +257,17 @@ class ShuffleServer:
         refresh_s = max(1.0, interval / 2)
         self._refresher = asyncio.get_running_loop().create_task(admin.run_refresh_loop(refresh_s))
         self.heartbeat = await self.system.start_child(None, ChildSpec("heartbeat", lambda: HeartbeatActor(
-            self.cfg.coordinator_quorum, interval, admin.heartbeat_snapshot, clock=self.clock,
+            self.cfg.coordinator_quorum, interval, self._heartbeat_snapshot, clock=self.clock,
             connect=GrpcCoordinatorLink)))
+
+    def _heartbeat_snapshot(self) -> HeartbeatSnapshot:
+        snapshot = self.admin.heartbeat_snapshot()
+        return self.lifecycle.heartbeat_status(snapshot) if self.lifecycle is not None else snapshot
+
+    async def _heartbeat_now(self) -> None:
+        """A heartbeat round now (a decommission or its cancellation reaches the coordinators at once)."""
+        if self.heartbeat is not None:
+            await self.heartbeat.ask(SendHeartbeatNow())
 
     async def _announce_stop(self) -> None:
         """Tell every coordinator at once that this server is leaving (bounded: ANNOUNCE_TIMEOUT_S)."""
@@ -256,6 +286,8 @@ class ShuffleServer:
         self._stopped = True
         self.metrics.loop_lag.stop()
         grace = self.cfg.grace_period_sec if grace_s is None else grace_s
+        if self.lifecycle is not None:
+            self.lifecycle.close()
         await self._announce_stop()
         if self._refresher is not None:
             self._refresher.cancel()
@@ -293,6 +325,7 @@ class ShuffleServer:
 async def serve(cfg: ServerConfig, stop_event: asyncio.Event, ports) -> int:
     tune_malloc()  # the daemon only: tests run many servers in one process and keep glibc's defaults
     server = ShuffleServer(cfg)
+    server.request_stop = stop_event.set  # an operator's kill takes the SIGTERM path
     try:
         await server.start()
         # Everything allocated so far (modules, config, actors) lives as long as the process: keep
@@ -311,10 +344,20 @@ async def serve(cfg: ServerConfig, stop_event: asyncio.Event, ports) -> int:
     return 0
 
 
+def _load_checked(path: str) -> ServerConfig:
+    """``load_config`` plus the ``[admin]`` credentials, so an unusable one stops the start (exit 2)."""
+    cfg = load_config(path)
+    try:
+        AdminCredentials.resolve(cfg.admin)
+    except AdminCredentialError as e:
+        raise ConfigError(path, [("admin", str(e))]) from None
+    return cfg
+
+
 def main(argv: list[str] | None = None) -> int:
     from riffle_actors.daemon import run_daemon
 
-    return run_daemon(argv, prog="riffle-server", load_config=load_config, log_config=lambda cfg: cfg.log,
+    return run_daemon(argv, prog="riffle-server", load_config=_load_checked, log_config=lambda cfg: cfg.log,
                       serve=serve, description="Uniffle-compatible shuffle server (riffle_actors)")
 
 

@@ -393,8 +393,13 @@ class ClusterRegistry:
         return node.heartbeat.tags | extra if extra else node.heartbeat.tags
 
     def status_of(self, node: ServerNode) -> ServerStatus:
-        """Effective status: operator override, then exclusion, then what the server reports."""
+        """Effective status: operator override, then exclusion, then what the server reports.
+
+        One exception: a server under a DECOMMISSIONING override that announces its stop
+        (DECOMMISSIONED: its decommission ended, or it was killed) shows DECOMMISSIONED."""
         override = self._overrides.get(node.id)
+        if override is ServerStatus.DECOMMISSIONING and node.heartbeat.reported_status is ServerStatus.DECOMMISSIONED:
+            return ServerStatus.DECOMMISSIONED
         if override is not None:
             return override
         if node.id in self._excluded:

@@ -28,6 +28,7 @@ It does not cover: command-line handling, logging or signals (``main.py`` via ``
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 from typing import Self
 
@@ -38,7 +39,7 @@ from loguru import logger
 from riffle_actors import __version__
 from riffle_actors.coordinator.actors import AppRegistryActor, ClusterActor
 from riffle_actors.coordinator.apps import AppRegistry
-from riffle_actors.coordinator.cluster import ClusterRegistry, ExcludeFile
+from riffle_actors.coordinator.cluster import ClusterRegistry, ExcludeFile, ServerView
 from riffle_actors.coordinator.config import CoordinatorConfig
 from riffle_actors.coordinator.metrics import CoordinatorMetrics
 from riffle_actors.coordinator.service import CoordinatorService
@@ -49,6 +50,10 @@ from riffle_actors.runtime import ActorRef, ActorSystem, ChildSpec, Clock, Resta
 from riffle_actors.transport.coordinator_grpc import CoordinatorServicer
 from riffle_actors.transport.coordinator_http import REFRESH_METRICS, build_app, flatten_config
 from riffle_actors.transport.listen import bind_grpc, start_tcp_site
+from riffle_actors.transport.server_internal import tell_server
+
+#: How long a decommission at the coordinator waits for the server's own answer.
+TELL_SERVER_TIMEOUT_S = 3.0
 
 GRPC_OPTIONS = [
     ("grpc.max_receive_message_length", 16 << 20),  # heartbeats and assignment requests are small
@@ -137,6 +142,7 @@ class Coordinator:
                 metrics=self.metrics,
                 info=self._info,
                 config_items=lambda: flatten_config(cfg.model_dump(mode="json")),
+                tell_server=self._tell_server,
             )
             self._http = web.AppRunner(app, access_log=None, handle_signals=False)
             await self._http.setup()
@@ -162,6 +168,12 @@ class Coordinator:
             logger.info("HTTP admin endpoints need credentials ({})", _schemes(self.admin))
         else:
             logger.info("HTTP admin endpoints are disabled: no admin credentials are configured")
+
+    async def _tell_server(self, view: ServerView, action: str) -> tuple[bool, str]:
+        """The server's ``ShuffleServerInternal.<action>``, with this coordinator's admin credentials
+        (so servers and coordinator share them, e.g. one ``RIFFLE_ADMIN_TOKEN``)."""
+        return await tell_server(view.node.ip, view.node.grpc_port, action, _authorization(self.admin),
+                                 timeout_s=TELL_SERVER_TIMEOUT_S)
 
     def _info(self) -> dict[str, object]:
         """Uniffle's ``/api/coordinator/info`` (ports as strings, as upstream)."""
@@ -190,6 +202,15 @@ class Coordinator:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+
+def _authorization(auth: AdminCredentials) -> str | None:
+    """The ``Authorization`` value these credentials present (the token first)."""
+    if auth.token:
+        return f"Bearer {auth.token}"
+    if auth.basic_user and auth.basic_password:
+        return "Basic " + base64.b64encode(f"{auth.basic_user}:{auth.basic_password}".encode()).decode()
+    return None
 
 
 def _schemes(auth: AdminCredentials) -> str:

@@ -4,6 +4,9 @@ The coordinator address comes from ``--coordinator`` or ``RIFFLE_COORDINATOR`` (
 of its HTTP API; a bare ``host:port`` gets ``http://``). Admin calls send the credentials of
 ``riffle_actors.credentials``: ``RIFFLE_ADMIN_TOKEN`` as a Bearer token, else
 ``RIFFLE_ADMIN_USER`` / ``RIFFLE_ADMIN_PASSWORD`` as HTTP Basic.
+
+``ServerHttp`` is one shuffle server's HTTP port (its ``/admin`` routes: kill), found from the
+coordinator's listing (``ip`` and ``http_port``); it gets the same credentials.
 """
 
 from __future__ import annotations
@@ -55,31 +58,9 @@ class Coordinator:
         self.timeout_s = timeout_s
 
     def _call(self, method: str, path: str, body: Any = None, admin: bool = False) -> Any:
-        headers = {"Accept": "application/json"}
-        data = None
-        if body is not None:
-            data = json.dumps(body).encode()
-            headers["Content-Type"] = "application/json"
-        if admin:
-            auth = _auth_header()
-            if auth is None:
-                raise CtlError(f"this command changes the cluster: set {ENV_TOKEN} (or {ENV_USER} and "
-                               f"{ENV_PASSWORD}) to the coordinator's admin credentials")
-            headers["Authorization"] = auth
-        request = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                return json.loads(response.read() or b"null")
-        except urllib.error.HTTPError as e:
-            try:
-                detail = json.loads(e.read()).get("error", "")
-            except (ValueError, AttributeError):
-                detail = ""
-            raise HttpError(e.code, f"{method} {path}: HTTP {e.code}" + (f": {detail}" if detail else "")) from None
-        except (urllib.error.URLError, OSError) as e:
-            reason = getattr(e, "reason", e)
-            raise CtlError(f"cannot reach the coordinator at {self.url} ({reason}); set --coordinator or "
-                           f"{ENV_COORDINATOR}") from None
+        return _request(self.url, method, path, body, admin, self.timeout_s,
+                        lambda reason: f"cannot reach the coordinator at {self.url} ({reason}); set --coordinator "
+                                       f"or {ENV_COORDINATOR}")
 
     def servers(self) -> list[dict[str, Any]]:
         return self._call("GET", "/api/servers")
@@ -100,6 +81,59 @@ class Coordinator:
     def set_tags(self, server_id: str, add: list[str], remove: list[str]) -> dict[str, Any]:
         return self._call("POST", f"/api/servers/{urllib.parse.quote(server_id, safe='')}/tags",
                           {"add": add, "remove": remove}, admin=True)
+
+
+class ServerHttp:
+    """One shuffle server's HTTP port."""
+
+    def __init__(self, ip: str, http_port: int, timeout_s: float = 10.0):
+        host = f"[{ip}]" if ":" in ip else ip
+        self.url = f"http://{host}:{http_port}"
+        self.timeout_s = timeout_s
+
+    def admin(self, action: str) -> dict[str, Any]:
+        """``POST /admin/<action>`` (kill, decommission, cancel_decommission): the server's answer.
+        A 409 (the action does not apply) is an answer too, with ``ok`` false."""
+        return _request(self.url, "POST", "/admin/" + action, None, True, self.timeout_s,
+                        lambda reason: f"cannot reach the server at {self.url} ({reason})", body_on_409=True)
+
+
+class ServerUnreachable(CtlError):
+    """A server's HTTP port did not answer."""
+
+
+def _request(base: str, method: str, path: str, body: Any, admin: bool, timeout_s: float,
+             unreachable: Any, *, body_on_409: bool = False) -> Any:
+    headers = {"Accept": "application/json"}
+    data = None
+    if body is not None:
+        data = json.dumps(body).encode()
+        headers["Content-Type"] = "application/json"
+    if admin:
+        auth = _auth_header()
+        if auth is None:
+            raise CtlError(f"this command changes the cluster: set {ENV_TOKEN} (or {ENV_USER} and "
+                           f"{ENV_PASSWORD}) to the admin credentials")
+        headers["Authorization"] = auth
+    request = urllib.request.Request(base + path, data=data if data is not None else (b"" if method == "POST" else None),
+                                     method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            return json.loads(response.read() or b"null")
+    except urllib.error.HTTPError as e:
+        raw = e.read()
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            parsed = None
+        if body_on_409 and e.code == 409 and isinstance(parsed, dict):
+            return parsed
+        detail = parsed.get("error", "") if isinstance(parsed, dict) else ""
+        raise HttpError(e.code, f"{method} {path}: HTTP {e.code}" + (f": {detail}" if detail else "")) from None
+    except (urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        cls = ServerUnreachable if body_on_409 else CtlError
+        raise cls(unreachable(reason)) from None
 
 
 class HttpError(CtlError):

@@ -2,7 +2,8 @@
 
     riffle-ctl [--coordinator URL] query "SQL" [--format table|json|csv]
     riffle-ctl [--coordinator URL] instance list [--format ...]
-    riffle-ctl [--coordinator URL] instance decommission|cancel-decommission|kill [ID ...] [--pipeline]
+    riffle-ctl [--coordinator URL] instance decommission|cancel-decommission [ID ...] [--pipeline]
+    riffle-ctl [--coordinator URL] instance kill [ID ...] [--pipeline] [--coordinator-only]
     riffle-ctl [--coordinator URL] instance tag [ID ...] [--pipeline] [--add TAG ...] [--remove TAG ...]
     riffle-ctl disk-bench PATH [--size 256M] [--block-size 1M] [--no-direct] [--format ...]
     riffle-ctl inspect INDEX [DATA] [--format ...]
@@ -22,7 +23,15 @@ from typing import Any
 
 from riffle_actors.config import parse_byte_size
 from riffle_actors.ctl import bench, inspect_file, output, tables, templates
-from riffle_actors.ctl.api import ENV_COORDINATOR, Coordinator, CtlError, coordinator_url
+from riffle_actors.ctl.api import (
+    ENV_COORDINATOR,
+    Coordinator,
+    CtlError,
+    HttpError,
+    ServerHttp,
+    ServerUnreachable,
+    coordinator_url,
+)
 
 #: instance subcommand -> the status it sets (kill: DECOMMISSIONED, no new partitions until ACTIVE again)
 STATUS_OF = {"decommission": "DECOMMISSIONING", "cancel-decommission": "ACTIVE", "kill": "DECOMMISSIONED"}
@@ -45,12 +54,15 @@ def _parser() -> argparse.ArgumentParser:
     ls.add_argument("--format", choices=output.FORMATS, default="table")
     for action, what in (("decommission", "drain: no new partitions (DECOMMISSIONING)"),
                          ("cancel-decommission", "back to ACTIVE (clears decommission and kill)"),
-                         ("kill", "take out of the cluster now (DECOMMISSIONED)"),
+                         ("kill", "stop the server process now (graceful, as SIGTERM) and mark it DECOMMISSIONED"),
                          ("tag", "add or remove operator tags")):
         a = inst.add_parser(action, help=what)
         a.add_argument("ids", nargs="*", metavar="ID", help="server ids (ip-grpcPort[-nettyPort])")
         a.add_argument("--pipeline", action="store_true",
                        help="read the ids from stdin: the JSON or CSV that 'query' printed (its id column)")
+        if action == "kill":
+            a.add_argument("--coordinator-only", action="store_true",
+                           help="only mark DECOMMISSIONED at the coordinator; leave the process running")
         if action == "tag":
             a.add_argument("--add", action="append", default=[], metavar="TAG")
             a.add_argument("--remove", action="append", default=[], metavar="TAG")
@@ -139,9 +151,18 @@ def cmd_instance(args: argparse.Namespace) -> int:
             if args.action == "tag":
                 after = coord.set_tags(sid, args.add, args.remove)
                 print(f"{sid}: tags {','.join(before['tags']) or '-'} -> {','.join(after['tags']) or '-'}")
+            elif args.action == "kill":
+                failed += _kill(coord, sid, before, coordinator_only=args.coordinator_only)
             else:
                 after = coord.set_status(sid, STATUS_OF[args.action])
-                print(f"{sid}: {before['status']} -> {after['status']}")
+                told = after.get("server_told")
+                note = ""
+                if told is not None:
+                    note = f" (server: {told['message']})" if told["ok"] else f" (server not told: {told['message']})"
+                    # INVALID_REQUEST: the server already is where it was asked to go (or has nothing to cancel)
+                    if not told["ok"] and not told["message"].startswith("INVALID_REQUEST"):
+                        failed += 1
+                print(f"{sid}: {before['status']} -> {after['status']}{note}")
         except CtlError as e:
             if "cannot reach" in str(e):
                 raise
@@ -150,6 +171,30 @@ def cmd_instance(args: argparse.Namespace) -> int:
     if failed:
         print(f"{failed} of {len(set(ids))} server(s) not changed", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _kill(coord: Coordinator, sid: str, before: dict[str, Any], *, coordinator_only: bool) -> int:
+    """Stop one server through its HTTP ``/admin/kill``, then mark it DECOMMISSIONED at the coordinator.
+
+    Returns 1 when the server refused or could not be reached (an unreachable server is still marked
+    at the coordinator: it may already be gone), 0 when done."""
+    note, failed = "", 0
+    if not coordinator_only:
+        if not before.get("http_port"):
+            raise CtlError("the coordinator knows no HTTP port of this server; use --coordinator-only")
+        server = ServerHttp(before["ip"], int(before["http_port"]))
+        try:
+            answer = server.admin("kill")
+            note = f" (server {server.url}: {answer.get('message')})"
+        except ServerUnreachable as e:
+            note, failed = f" (server not stopped: {e})", 1
+        except HttpError as e:  # refused (401/403): the server keeps running, nothing is marked
+            raise CtlError(f"server {server.url} refused the kill: {e}") from None
+    after = coord.set_status(sid, STATUS_OF["kill"])
+    print(f"{sid}: {before['status']} -> {after['status']}{note}")
+    if failed:
+        print(f"{sid}: marked DECOMMISSIONED at the coordinator only{note}", file=sys.stderr)
+    return failed
 
 
 def cmd_disk_bench(args: argparse.Namespace) -> int:

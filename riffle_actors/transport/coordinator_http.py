@@ -26,8 +26,8 @@ Every answer is upstream's envelope ``{"code": 0, "data": ..., "errMsg": null}``
 | ``GET /api/server/nodes[?status=S]`` | list of upstream ``ServerNode`` objects (``uniffle_node``), by id; without ``status`` the excluded ones are left out, ``status=EXCLUDED`` lists only them |
 | ``GET /api/server/nodes/{id}`` | one ``ServerNode`` (``null`` when unknown, as upstream) |
 | ``GET /api/server/nodes/summary`` | ``{status name: count}`` |
-| ``POST /api/server/decommission`` / ``cancelDecommission`` | admin; body ``{"serverIds": [...]}``; ``null`` |
-| ``POST /api/server/{id}/decommission`` / ``{id}/cancelDecommission`` | admin; ``null`` |
+| ``POST /api/server/decommission`` / ``cancelDecommission`` | admin; body ``{"serverIds": [...]}``; ``data``: ``{id: {"ok", "message"}}``, what each server answered (upstream: ``null``) |
+| ``POST /api/server/{id}/decommission`` / ``{id}/cancelDecommission`` | admin; ``data`` as above |
 | ``POST /api/server/applications`` | upstream ``Application`` objects, body ``ApplicationRequest`` (``applications``, ``pageSize`` 10, ``currentPage`` 1, ``heartBeatStartTime``/``EndTime`` (epoch ms), ``appIdRegex``), sorted by id |
 | ``GET /api/app/total`` | ``{"appCurrent", "appTotality"}`` |
 | ``GET /api/app/userTotal`` | ``[{"userName", "appNum"}]``, most apps first |
@@ -53,7 +53,8 @@ from __future__ import annotations
 import re
 import time
 from collections import Counter
-from collections.abc import Callable
+import asyncio
+from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Any
 
@@ -220,9 +221,25 @@ def build_app(
     metrics: CoordinatorMetrics | None = None,
     info: Callable[[], dict[str, Any]] | None = None,
     config_items: Callable[[], list[tuple[str, str]]] | None = None,
+    tell_server: Callable[[ServerView, str], Awaitable[tuple[bool, str]]] | None = None,
 ) -> web.Application:
-    """The aiohttp application; the caller runs it (``runtime.Coordinator``)."""
+    """The aiohttp application; the caller runs it (``runtime.Coordinator``).
+
+    ``tell_server(view, "decommission" | "cancelDecommission")``: the server's own
+    ``ShuffleServerInternal`` call, made after a decommission or its cancellation here (as
+    upstream's coordinator does); its ``(ok, message)`` goes into the answer as ``server_told``."""
     metrics = metrics if metrics is not None else CoordinatorMetrics()
+
+    async def told(view: ServerView, status: ServerStatus) -> dict[str, Any] | None:
+        """Tell the server itself about a decommission (DECOMMISSIONING) or its cancellation (ACTIVE)."""
+        action = {ServerStatus.DECOMMISSIONING: "decommission", ServerStatus.ACTIVE: "cancelDecommission"}.get(status)
+        if tell_server is None or action is None:
+            return None
+        try:
+            ok, message = await tell_server(view, action)
+        except Exception as e:  # noqa: BLE001 - the override stands; the answer says what failed
+            ok, message = False, repr(e)
+        return {"action": action, "ok": ok, "message": message}
 
     async def servers(_: web.Request) -> web.Response:
         return _json([server_to_dict(v) for v in await service.list_servers()])
@@ -247,7 +264,13 @@ def build_app(
             return _error(400, str(e))
         except UnknownServerError as e:
             return _error(404, str(e))
-        return _json(server_to_dict(view))
+        told_server = await told(view, status)
+        if told_server is not None:  # the server's answer came after its heartbeat: show the status now
+            view = await service.server(sid) or view
+        out = server_to_dict(view)
+        if told_server is not None:
+            out["server_told"] = told_server
+        return _json(out)
 
     async def set_tags(request: web.Request) -> web.Response:
         sid = request.match_info["id"]
@@ -339,12 +362,16 @@ def build_app(
     async def _set_many(server_ids: Any, status: ServerStatus) -> web.Response:
         if not isinstance(server_ids, list) or not server_ids or not all(isinstance(i, str) for i in server_ids):
             return _fail("Parameter[serverIds] should not be empty!")
+        views = []
         try:
             for sid in server_ids:
-                await service.set_server_status(sid, status)
+                views.append(await service.set_server_status(sid, status))
         except (InvalidRequestError, UnknownServerError) as e:
             return _fail(str(e))
-        return _ok(None)
+        if tell_server is None:
+            return _ok(None)
+        answers = await asyncio.gather(*(told(v, status) for v in views))
+        return _ok({v.node.id: {"ok": a["ok"], "message": a["message"]} for v, a in zip(views, answers) if a})
 
     async def _server_ids(request: web.Request) -> Any:
         try:

@@ -210,10 +210,16 @@ class ShuffleServerServicer(pb_grpc.ShuffleServerServicer):
 
 
 async def start_grpc_server(servicer: ShuffleServerServicer, host: str, port: int,
-                            max_receive_bytes: int) -> tuple[grpc.aio.Server, int]:
-    """Start a grpc.aio server on exactly ``host:port``; returns it and the bound port (0 = any free port)."""
+                            max_receive_bytes: int, *,
+                            internal: pb_grpc.ShuffleServerInternalServicer | None = None,
+                            ) -> tuple[grpc.aio.Server, int]:
+    """Start a grpc.aio server on exactly ``host:port``; returns it and the bound port (0 = any free port).
+
+    ``internal``: the ``ShuffleServerInternal`` service (decommission) served on the same port, as upstream."""
     server = grpc.aio.server(options=grpc_options(max_receive_bytes))
     pb_grpc.add_ShuffleServerServicer_to_server(servicer, server)
+    if internal is not None:
+        pb_grpc.add_ShuffleServerInternalServicer_to_server(internal, server)
     bound = bind_grpc(server, what="gRPC", keys="grpc_port / grpc_bind_address", host=host, port=port)
     await server.start()
     return server, bound

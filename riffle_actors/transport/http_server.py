@@ -1,10 +1,18 @@
-"""HTTP endpoints of ``riffle-server`` (aiohttp): ``/health``, ``/metrics``, ``/apps``, ``/debug/actors``.
+"""HTTP endpoints of ``riffle-server`` (aiohttp): ``/health``, ``/metrics``, ``/apps``, ``/debug/actors``, ``/admin``.
 
 - ``/health``: ``{"status": "HEALTHY"|"UNHEALTHY", "reasons": [...], "disks": [...]}``; HTTP 200
   when healthy, 503 otherwise, so a load balancer or kubelet probe can use it as is.
 - ``/metrics``: Prometheus text from the server's own registry, refreshed from the actors first.
 - ``/apps``: JSON list of apps with their shuffles, partitions, memory and disk bytes.
 - ``/debug/actors``: mailbox statistics of every actor.
+- ``GET /admin``: the lifecycle state (``ACTIVE``, ``DECOMMISSIONING``, ``STOPPING``) and the app count.
+- ``POST /admin/kill``, ``/admin/decommission``, ``/admin/cancel_decommission``, and Riffle's form
+  ``POST /admin?operation=KILL|DECOMMISSION|CANCEL_DECOMMISSION``: the operator actions of
+  ``riffle_actors.decommission.Lifecycle``, guarded by the ``[admin]`` credentials
+  (``transport.admin_auth.guard``: 403 when none are configured, 401 when wrong). 200 with
+  ``{"ok", "status", "message", "apps"}`` when done, 409 with the same body when the action does
+  not apply (decommission twice, cancel while ACTIVE). Riffle answers these on ``GET``; here a
+  state change needs ``POST``.
 
 It decodes nothing and decides nothing: each handler calls one method of ``AdminService``
 (``riffle_actors.admin``) and encodes its typed answer as JSON or Prometheus text.
@@ -16,7 +24,14 @@ import orjson
 from aiohttp import web
 
 from riffle_actors.admin import AdminService
+from riffle_actors.credentials import AdminCredentials
+from riffle_actors.decommission import Lifecycle
+from riffle_actors.transport.admin_auth import guard
 from riffle_actors.transport.listen import start_tcp_site
+
+#: ``/admin/{action}`` and ``?operation=`` names -> the Lifecycle method
+_ACTIONS = {"kill": "kill", "decommission": "decommission", "cancel_decommission": "cancel_decommission",
+            "cancel-decommission": "cancel_decommission"}
 
 
 def _json(data, status: int = 200) -> web.Response:
@@ -24,7 +39,8 @@ def _json(data, status: int = 200) -> web.Response:
                         content_type="application/json")
 
 
-def build_app(admin: AdminService) -> web.Application:
+def build_app(admin: AdminService, *, lifecycle: Lifecycle | None = None,
+              credentials: AdminCredentials | None = None) -> web.Application:
     async def health(_request: web.Request) -> web.Response:
         report = await admin.health()
         return _json(report.to_json(), 200 if report.healthy else 503)
@@ -45,11 +61,40 @@ def build_app(admin: AdminService) -> web.Application:
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/apps", apps)
     app.router.add_get("/debug/actors", actors)
+    if lifecycle is not None:
+        _add_admin_routes(app, lifecycle, credentials if credentials is not None else AdminCredentials())
     return app
 
 
-async def start_http_server(admin: AdminService, host: str, port: int) -> tuple[web.AppRunner, int]:
-    runner = web.AppRunner(build_app(admin), access_log=None, handle_signals=False)
+def _add_admin_routes(app: web.Application, lifecycle: Lifecycle, credentials: AdminCredentials) -> None:
+    async def run(action: str | None) -> web.Response:
+        method = _ACTIONS.get((action or "").lower())
+        if method is None:
+            return _json({"error": f"unknown admin action {action!r}; one of: kill, decommission, "
+                                   "cancel_decommission"}, 404)
+        outcome = await getattr(lifecycle, method)()
+        return _json(outcome.to_json(), 200 if outcome.ok else 409)
+
+    async def state(request: web.Request) -> web.Response:
+        if "operation" in request.query:
+            return _json({"error": "admin operations need POST (and the admin credentials)"}, 405)
+        return _json({"status": lifecycle.state.value, "apps": lifecycle.app_count})
+
+    async def by_operation(request: web.Request) -> web.Response:
+        return await run(request.query.get("operation"))
+
+    async def by_path(request: web.Request) -> web.Response:
+        return await run(request.match_info["action"])
+
+    app.router.add_get("/admin", state)
+    app.router.add_post("/admin", guard(credentials, by_operation))
+    app.router.add_post("/admin/{action}", guard(credentials, by_path))
+
+
+async def start_http_server(admin: AdminService, host: str, port: int, *, lifecycle: Lifecycle | None = None,
+                            credentials: AdminCredentials | None = None) -> tuple[web.AppRunner, int]:
+    runner = web.AppRunner(build_app(admin, lifecycle=lifecycle, credentials=credentials), access_log=None,
+                           handle_signals=False)
     await runner.setup()
     try:
         bound = await start_tcp_site(runner, what="HTTP", keys="http_port / http_bind_address", host=host, port=port)

@@ -128,7 +128,10 @@ heartbeat_timeout_sec = 5
 {tables}
 """, {**BASE_ENV, "RIFFLE_ADMIN_TOKEN": ADMIN_TOKEN})
 
-    def start_server(self, name: str, extra: str = "", min_disks: int = 1, tables: str = "") -> Daemon:
+    def start_server(self, name: str, extra: str = "", min_disks: int = 1, tables: str = "",
+                     admin_token: str | None = None) -> Daemon:
+        """``admin_token``: the server's ``RIFFLE_ADMIN_TOKEN`` (its ``/admin`` routes and
+        ``ShuffleServerInternal``); without it, admin actions on the server are refused (403)."""
         assert self.coordinator is not None
         data = self.tmp / f"{name}-data"
         server = self._spawn("riffle_actors.server", name, f"""grpc_port = 0
@@ -146,7 +149,7 @@ capacity = "64M"
 data_paths = ["{data}"]
 min_number_of_available_disks = {min_disks}
 {tables}
-""", BASE_ENV)
+""", {**BASE_ENV, "RIFFLE_ADMIN_TOKEN": admin_token} if admin_token else BASE_ENV)
         self.servers.append(server)
         return server
 
