@@ -6,7 +6,7 @@ data under ``./data``, waits until the server has registered with the coordinato
 run the two daemons separately (``--daemon`` or the systemd units in ``deploy/``).
 
 Local means local: every port binds 127.0.0.1 and the server advertises 127.0.0.1, so nothing
-is reachable from another host. The coordinator's admin endpoints get a fresh random token
+is reachable from another host. The admin endpoints (coordinator and server) get a fresh random token
 (``RIFFLE_ADMIN_TOKEN`` in the children's environment, printed once; ``--admin-token`` or the
 variable itself choose one). The children run in their own process group: a Ctrl-C in the
 terminal reaches only this launcher, which sends each daemon exactly one SIGTERM, so each
@@ -200,7 +200,7 @@ For the Netty data transport instead: spark.rss.client.type=GRPC_NETTY, and on J
   --conf spark.executor.extraJavaOptions=-Dorg.apache.uniffle.shaded.io.netty.noUnsafe=true
 
 Health: curl http://127.0.0.1:{s['http_port']}/health   Servers: curl http://127.0.0.1:{c['http_port']}/api/servers
-Admin token (coordinator POST endpoints; Authorization: Bearer ...): {token}
+Admin token (coordinator and server admin endpoints; Authorization: Bearer ...): {token}
 Everything listens on 127.0.0.1 only. Ctrl-C stops both.""", flush=True)
         while all(p.poll() is None for p in procs):
             time.sleep(0.5)
