@@ -1,9 +1,10 @@
 """The pure parts behind riffle-ctl and the coordinator's operator features: operator tags and kill
-in the server registry, app counts, pipeline input, SQL error messages, index checks, the
+in the server registry, the server's lifecycle (decommission, kill), app counts, pipeline input, SQL error messages, index checks, the
 Pushgateway pusher's failure accounting and the coordinator's metrics text."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import zlib
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from riffle_actors.actors.heartbeat import HeartbeatSnapshot
 from riffle_actors.config import MetricsConfig
 from riffle_actors.coordinator.apps import AppRegistry
 from riffle_actors.coordinator.assignment import AssignmentError, AssignmentRequest
@@ -20,6 +22,7 @@ from riffle_actors.ctl import inspect_file, output, tables
 from riffle_actors.metrics_push import MetricsPusher
 from riffle_actors.protocol.index import IndexEntry, encode_index
 from riffle_actors.runtime import ManualClock
+from tests.helpers import poll_until
 
 TAGS = frozenset({"ss_v5", "GRPC"})
 
@@ -179,3 +182,71 @@ def test_coordinator_conf_listing_leaves_secrets_out() -> None:
                                  "server": {"allowed_networks": ["10.0.0.0/8"]}}))
     assert items == {"grpc_port": "21000", "metrics.push_gateway_endpoint": "http://***@gw:9091",
                      "metrics.labels": '{"a":"b"}', "server.allowed_networks": '["10.0.0.0/8"]'}
+
+
+def test_a_drained_server_that_announces_its_stop_shows_decommissioned(reg: ClusterRegistry) -> None:
+    reg.heartbeat(hb(1))
+    reg.set_operator_status("10.0.0.1-19999", ServerStatus.DECOMMISSIONING)
+    assert reg.views()[0].status is ServerStatus.DECOMMISSIONING
+    reg.heartbeat(hb(1, status=ServerStatus.DECOMMISSIONED))  # its decommission ended: it is stopping
+    assert reg.views()[0].status is ServerStatus.DECOMMISSIONED and reg.candidates() == []
+
+
+async def test_lifecycle_decommission_waits_for_the_last_app(clock: ManualClock) -> None:
+    from riffle_actors.decommission import Lifecycle
+
+    apps: dict[str, object] = {"app-1": object()}
+    stops: list[str] = []
+    announced: list[str] = []
+
+    async def announce() -> None:
+        announced.append(life.state.value)
+
+    life = Lifecycle(apps=apps, clock=clock, check_interval_s=5.0, request_stop=lambda: stops.append("stop"),
+                     announce=announce)
+    assert not (await life.cancel_decommission()).ok  # nothing to cancel
+    done = await life.decommission()
+    assert done.ok and done.state == "DECOMMISSIONING" and done.apps == 1 and announced == ["DECOMMISSIONING"]
+    assert life.heartbeat_status(HeartbeatSnapshot(ip="10.0.0.1", grpc_port=1)).status == "DECOMMISSIONING"
+    again = await life.decommission()
+    assert not again.ok and "DECOMMISSIONING" in again.message
+    for _ in range(3):  # the app is still there: checks come and go, no stop
+        clock.advance(5.0)
+        await asyncio.sleep(0)
+    assert stops == []
+    apps.clear()
+    clock.advance(5.0)
+    await poll_until(lambda: stops == ["stop"])
+    assert life.state.value == "STOPPING"
+    assert not (await life.cancel_decommission()).ok  # too late: it is stopping
+
+
+async def test_lifecycle_cancel_ends_the_watch_and_kill_stops_at_once(clock: ManualClock) -> None:
+    from riffle_actors.decommission import Lifecycle
+
+    apps: dict[str, object] = {"app-1": object()}
+    stops: list[str] = []
+    life = Lifecycle(apps=apps, clock=clock, check_interval_s=5.0, request_stop=lambda: stops.append("stop"))
+    await life.decommission()
+    cancelled = await life.cancel_decommission()
+    assert cancelled.ok and cancelled.state == "ACTIVE"
+    assert life.heartbeat_status(HeartbeatSnapshot(ip="10.0.0.1", grpc_port=1)).status == "ACTIVE"
+    apps.clear()
+    for _ in range(3):
+        clock.advance(5.0)
+        await asyncio.sleep(0)
+    assert stops == [] and life.state.value == "ACTIVE"
+    killed = await life.kill()
+    assert killed.ok and stops == ["stop"] and killed.state == "STOPPING"
+    assert (await life.kill()).message == "already stopping" and stops == ["stop"]
+
+
+def test_server_start_refuses_an_unusable_admin_credential(tmp_path: Path) -> None:
+    from riffle_actors.config import ConfigError
+    from riffle_actors.server import _load_checked
+
+    token_file = tmp_path / "missing-token"
+    cfg = tmp_path / "server.toml"
+    cfg.write_text(f'[localfile_store]\ndata_paths = ["{tmp_path}"]\n[admin]\ntoken_file = "{token_file}"\n')
+    with pytest.raises(ConfigError, match="token_file"):
+        _load_checked(str(cfg))
