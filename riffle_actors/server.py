@@ -45,7 +45,12 @@ from riffle_actors.actors.app import AppActor
 from riffle_actors.actors.app_manager import AppDirectory, AppManagerActor, CheckExpiredApps, FlushAllApps
 from riffle_actors.actors.disk import DiskActor, DiskResources
 from riffle_actors.actors.disk_monitor import DiskMonitorActor
-from riffle_actors.actors.heartbeat import AnnounceStopping, HeartbeatActor, HeartbeatSnapshot, SendHeartbeatNow
+from riffle_actors.actors.heartbeat import (
+    AnnounceStopping,
+    HeartbeatActor,
+    HeartbeatSnapshot,
+    SendHeartbeatNow,
+)
 from riffle_actors.actors.memory import AttachAppManager, ExpireTickets, MemoryManagerActor
 from riffle_actors.actors.spill import SpillDispatcherActor
 from riffle_actors.actors.storage_messages import RunProbeRound

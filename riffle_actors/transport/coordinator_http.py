@@ -50,10 +50,10 @@ and encodes its typed answer. It does not cover: the decisions (the service) or 
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections import Counter
-import asyncio
 from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Any

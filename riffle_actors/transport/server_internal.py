@@ -63,7 +63,7 @@ class ShuffleServerInternalServicer(pb_grpc.ShuffleServerInternalServicer):
         status, message = self._answer(await self.lifecycle.decommission())
         return pb.DecommissionResponse(status=status, retMsg=message)
 
-    async def cancelDecommission(self, request: pb.CancelDecommissionRequest,  # noqa: N802 - the proto's name
+    async def cancelDecommission(self, request: pb.CancelDecommissionRequest,
                                  context) -> pb.CancelDecommissionResponse:
         refused = self._refusal(context, "cancelDecommission")
         if refused is not None:
