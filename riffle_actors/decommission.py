@@ -8,9 +8,10 @@ and the ``ShuffleServerInternal`` gRPC service) call:
   it has. Every ``decommission_check_interval_sec`` it looks at its app directory; once no app is
   left it stops itself through the normal graceful stop (``request_stop``: the same path as
   SIGTERM, exit code 0). As upstream Uniffle's ``ShuffleServer.decommission`` /
-  ``checkAndTryDecommission`` (with ``rss.server.decommission.shutdown`` = true), a server that
-  is not ACTIVE (already decommissioning, or stopping) refuses a second decommission.
-- ``cancel_decommission()``: back to ``ACTIVE``, the watch ends; refused when not decommissioning.
+  ``waitDecommissionFinish`` (with ``rss.server.decommission.shutdown`` = true): a second
+  decommission is a no-op that succeeds; a server already stopping refuses.
+- ``cancel_decommission()``: back to ``ACTIVE``, the watch ends; a no-op that succeeds on an
+  ACTIVE server (as upstream); refused once the server is stopping.
 - ``kill()``: the graceful stop now, whatever the apps (Riffle's admin kill).
 
 It does not cover: authentication (the transports guard every action with the ``[admin]``
@@ -91,6 +92,8 @@ class Lifecycle:
                 logger.warning("could not send a heartbeat after the status change: {!r}", e)
 
     async def decommission(self) -> Outcome:
+        if self.state is LifecycleState.DECOMMISSIONING:
+            return self._outcome(True, f"already decommissioning; {len(self._apps)} app(s) left")
         if self.state is not LifecycleState.ACTIVE:
             return self._outcome(False, f"cannot decommission: the server is {self.state.value}")
         self.state = LifecycleState.DECOMMISSIONING
@@ -102,8 +105,10 @@ class Lifecycle:
         return self._outcome(True, f"decommissioning; the server stops once its {apps} app(s) are gone")
 
     async def cancel_decommission(self) -> Outcome:
+        if self.state is LifecycleState.ACTIVE:
+            return self._outcome(True, "nothing to cancel: the server is ACTIVE")
         if self.state is not LifecycleState.DECOMMISSIONING:
-            return self._outcome(False, f"nothing to cancel: the server is {self.state.value}")
+            return self._outcome(False, f"cannot cancel: the server is {self.state.value}")
         self.state = LifecycleState.ACTIVE
         if self._watch is not None:
             self._watch.cancel()

@@ -10,8 +10,9 @@
   ``POST /admin?operation=KILL|DECOMMISSION|CANCEL_DECOMMISSION``: the operator actions of
   ``riffle_actors.decommission.Lifecycle``, guarded by the ``[admin]`` credentials
   (``transport.admin_auth.guard``: 403 when none are configured, 401 when wrong). 200 with
-  ``{"ok", "status", "message", "apps"}`` when done, 409 with the same body when the action does
-  not apply (decommission twice, cancel while ACTIVE). Riffle answers these on ``GET``; here a
+  ``{"ok", "status", "message", "apps"}`` when done (a repeated decommission, or a cancel while
+  ACTIVE, is a no-op that succeeds, as upstream), 409 with the same body when the server is
+  already stopping. Riffle answers these on ``GET``; here a
   state change needs ``POST``.
 
 It decodes nothing and decides nothing: each handler calls one method of ``AdminService``

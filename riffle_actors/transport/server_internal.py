@@ -5,8 +5,8 @@
   it needs the server's ``[admin]`` credentials, sent as the ``authorization`` metadata entry
   (``Bearer <token>`` or ``Basic ...``, as the HTTP header): none configured answers
   ``ACCESS_DENIED`` with the reason (admin actions are off), wrong or missing ones
-  ``ACCESS_DENIED`` too. A refused or not-applicable action (decommission of a server already
-  decommissioning, cancel of an ACTIVE one) answers ``INVALID_REQUEST`` with the reason.
+  ``ACCESS_DENIED`` too. A server already stopping answers ``INVALID_REQUEST`` with the reason; a
+  repeated decommission or a cancel of an ACTIVE server succeeds doing nothing (as upstream).
 - ``tell_server(...)``: the client side the coordinator uses when an operator decommissions a
   server at the coordinator (as upstream's ``ClusterManager`` calls the server's RPC), bounded by a
   short timeout; it returns ``(ok, message)`` and never raises.

@@ -204,12 +204,13 @@ async def test_lifecycle_decommission_waits_for_the_last_app(clock: ManualClock)
 
     life = Lifecycle(apps=apps, clock=clock, check_interval_s=5.0, request_stop=lambda: stops.append("stop"),
                      announce=announce)
-    assert not (await life.cancel_decommission()).ok  # nothing to cancel
+    noop = await life.cancel_decommission()  # nothing to cancel: a no-op that succeeds, as upstream
+    assert noop.ok and noop.message == "nothing to cancel: the server is ACTIVE" and announced == []
     done = await life.decommission()
     assert done.ok and done.state == "DECOMMISSIONING" and done.apps == 1 and announced == ["DECOMMISSIONING"]
     assert life.heartbeat_status(HeartbeatSnapshot(ip="10.0.0.1", grpc_port=1)).status == "DECOMMISSIONING"
     again = await life.decommission()
-    assert not again.ok and "DECOMMISSIONING" in again.message
+    assert again.ok and again.message == "already decommissioning; 1 app(s) left" and len(announced) == 1
     for _ in range(3):  # the app is still there: checks come and go, no stop
         clock.advance(5.0)
         await asyncio.sleep(0)
@@ -218,7 +219,9 @@ async def test_lifecycle_decommission_waits_for_the_last_app(clock: ManualClock)
     clock.advance(5.0)
     await poll_until(lambda: stops == ["stop"])
     assert life.state.value == "STOPPING"
-    assert not (await life.cancel_decommission()).ok  # too late: it is stopping
+    late = await life.cancel_decommission()  # too late: it is stopping
+    assert not late.ok and late.message == "cannot cancel: the server is STOPPING"
+    assert not (await life.decommission()).ok
 
 
 async def test_lifecycle_cancel_ends_the_watch_and_kill_stops_at_once(clock: ManualClock) -> None:
