@@ -13,7 +13,7 @@ public names of the ones below it):
 - ``base.py`` (cell, clock, mailbox): ``Actor``, ``ChildSpec``, ``RestartPolicy``, and ``ActorHost``,
   what an actor sees of its system;
 - ``supervisor.py`` (base, cell, clock, mailbox): ``Supervisor`` and restart decisions;
-- ``timer.py`` (base, cell, clock, mailbox): ``TimerActor``, every deadline of a server;
+- ``timer.py`` (base, cell, clock, mailbox): ``TimerActor`` and its ``TimerTable``, every deadline of a server;
 - ``system.py`` (base, cell, supervisor, clock, mailbox): ``ActorSystem``, the registry, the root
   supervisor and shutdown.
 """
@@ -25,7 +25,7 @@ from riffle_actors.runtime.mailbox import ActorDeadError, MailboxFullError, Mail
 from riffle_actors.runtime.slicing import SliceLane
 from riffle_actors.runtime.supervisor import ChildStartError, RestartIntensityExceeded, Supervisor
 from riffle_actors.runtime.system import ActorSystem
-from riffle_actors.runtime.timer import Cancel, FireDue, Schedule, ScheduleEvery, TimerActor
+from riffle_actors.runtime.timer import Cancel, FireDue, Schedule, ScheduleEvery, TimerActor, TimerTable
 
 __all__ = [
     "Actor",
@@ -52,4 +52,5 @@ __all__ = [
     "SystemClock",
     "Terminated",
     "TimerActor",
+    "TimerTable",
 ]
