@@ -9,7 +9,7 @@ the transports that call them (gRPC, HTTP, the coordinator client of the heartbe
       storage            Supervisor of one DiskActor per data path and the DiskMonitorActor (permanent)
       memory             MemoryManagerActor (permanent; budget and tickets survive its restarts)
       spill              SpillDispatcherActor (permanent; queue and running batches survive its restarts)
-      apps               Supervisor of one AppActor per app (temporary children)
+      apps               Supervisor of one AppActor per app (temporary children, which outlive its crash)
       app_manager        AppManagerActor (permanent; directory and unfinished purges survive its restarts)
       heartbeat          HeartbeatActor, when coordinator_quorum is set
 
@@ -56,6 +56,7 @@ from riffle_actors.netaddr import advertised_ip
 from riffle_actors.runtime import (
     ActorSystem,
     ChildSpec,
+    ChildTable,
     Clock,
     ScheduleEvery,
     Supervisor,
@@ -154,8 +155,9 @@ class ShuffleServer:
             subscribers=[self.spill], fleet_factory=self._probe_fleet_factory)))
         for res in self._disk_resources.values():
             res.monitor = self.disk_monitor  # Disk actors report IO failures from now on
+        apps_table = ChildTable()  # the AppActors outlive a crash of their supervisor
         apps_sup = await system.start_child(None, ChildSpec("apps", lambda: Supervisor(
-            "apps", max_restarts=1000, within_s=1.0, clock=self.clock)))
+            "apps", max_restarts=1000, within_s=1.0, clock=self.clock, table=apps_table)))
         ac = cfg.app_config
 
         def app_factory(app_id: str) -> AppActor:

@@ -12,7 +12,7 @@ public names of the ones below it):
   has mail;
 - ``base.py`` (cell, clock, mailbox): ``Actor``, ``ChildSpec``, ``RestartPolicy``, and ``ActorHost``,
   what an actor sees of its system;
-- ``supervisor.py`` (base, cell, clock, mailbox): ``Supervisor`` and restart decisions;
+- ``supervisor.py`` (base, cell, clock, mailbox): ``Supervisor``, its ``ChildTable`` and restart decisions;
 - ``timer.py`` (base, cell, clock, mailbox): ``TimerActor`` and its ``TimerTable``, every deadline of a server;
 - ``system.py`` (base, cell, supervisor, clock, mailbox): ``ActorSystem``, the registry, the root
   supervisor and shutdown.
@@ -23,7 +23,7 @@ from riffle_actors.runtime.cell import ActorRef, InjectedCrash, Terminated
 from riffle_actors.runtime.clock import Cancellable, Clock, ManualClock, SystemClock
 from riffle_actors.runtime.mailbox import ActorDeadError, MailboxFullError, MailboxStatistics
 from riffle_actors.runtime.slicing import SliceLane
-from riffle_actors.runtime.supervisor import ChildStartError, RestartIntensityExceeded, Supervisor
+from riffle_actors.runtime.supervisor import ChildStartError, ChildTable, RestartIntensityExceeded, Supervisor
 from riffle_actors.runtime.system import ActorSystem
 from riffle_actors.runtime.timer import Cancel, FireDue, Schedule, ScheduleEvery, TimerActor, TimerTable
 
@@ -37,6 +37,7 @@ __all__ = [
     "Cancellable",
     "ChildSpec",
     "ChildStartError",
+    "ChildTable",
     "Clock",
     "FireDue",
     "InjectedCrash",

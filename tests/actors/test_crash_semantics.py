@@ -125,3 +125,23 @@ async def test_inject_crash_while_restarting_arms_the_next_incarnation(system: A
 async def test_inject_crash_unknown_actor(system: ActorSystem) -> None:
     with pytest.raises(KeyError):
         system.inject_crash("nobody")
+
+
+async def test_children_outlive_a_supervisor_with_a_table(system: ActorSystem, poll) -> None:
+    from riffle_actors.runtime import ChildTable, RestartPolicy
+
+    seen: list[tuple[int, Any]] = []
+    starts: list[int] = []
+    table = ChildTable()
+    sup = await system.start_child(None, ChildSpec("sup", lambda: Supervisor("sup", table=table)))
+    child = await system.start_child(sup, ChildSpec("kid", lambda: Recorder(seen, starts), RestartPolicy.TEMPORARY))
+    assert await child.ask("a") == (1, "a")
+    system.inject_crash("sup")
+    with pytest.raises(InjectedCrash):  # the crash takes the place of this ask
+        await system.start_child(sup, ChildSpec("kid2", lambda: Recorder(seen, starts)))
+    await poll(lambda: sup.statistics().restarts == 1 and sup.statistics().state == "running")
+    assert child.is_alive and await child.ask("b") == (1, "b")  # same incarnation: not restarted
+    assert system.children(sup) == {"kid": child}
+    # a stop for good of the supervisor stops the children it took over
+    await system.stop_child(None, "sup")
+    assert not child.is_alive
