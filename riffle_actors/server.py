@@ -39,7 +39,7 @@ from riffle_actors import __version__
 from riffle_actors.actors.app import AppActor
 from riffle_actors.actors.app_manager import AppDirectory, AppManagerActor, AppManagerLedger, CheckExpiredApps, \
     FlushAllApps
-from riffle_actors.actors.disk import DiskActor, DiskResources
+from riffle_actors.actors.disk import DiskActor, DiskResources, RetryFailedPurges
 from riffle_actors.actors.disk_monitor import DiskMonitorActor
 from riffle_actors.actors.heartbeat import HeartbeatActor
 from riffle_actors.actors.memory import AttachAppManager, ExpireTickets, MemoryManagerActor
@@ -126,8 +126,9 @@ class ShuffleServer:
         # every permanent actor gets the state that must outlive its crashes from here (see each one)
         timer_table = TimerTable()
         self.timer = await system.start_child(None, ChildSpec("timer", lambda: TimerActor(self.clock, timer_table)))
+        storage_table = ChildTable()  # the Disk actors and the DiskMonitor outlive a crash of their supervisor
         storage = await system.start_child(None, ChildSpec("storage", lambda: Supervisor(
-            "storage", max_restarts=10, within_s=60.0, clock=self.clock)))
+            "storage", max_restarts=10, within_s=60.0, clock=self.clock, table=storage_table)))
         self.storage = storage
         self.disks = []
         ls = cfg.localfile_store
@@ -180,6 +181,9 @@ class ShuffleServer:
                                            self.app_manager, CheckExpiredApps()))
         await self.timer.ask(ScheduleEvery("probe-disks", float(ls.disk_healthy_check_interval_sec),
                                            self.disk_monitor, RunProbeRound()))
+        for path, disk in self.disks:  # a purge that failed on a disk is tried again until it succeeds
+            await self.timer.ask(ScheduleEvery(f"retry-purges:{path}", float(ac.app_expiry_check_interval_sec),
+                                               disk, RetryFailedPurges()))
 
         huge_limit = (int(cfg.memory_store.capacity * ac.partition_limit_memory_backpressure_ratio)
                       if ac.partition_limit_enable else None)

@@ -28,8 +28,8 @@ threads finishes whatever happens to the incarnation (only the waiting for it is
 asker gets ``ActorDeadError``; the SpillDispatcher writes the batch again). Messages queued behind
 the crash (``PurgeFiles``, ``UnfenceApp``, writes, reads) are handled by the next incarnation, in
 order. Purges are idempotent (deleting what is gone is a no-op) and an app purge whose deletion
-failed is retried by the next ``PurgeFiles`` and by every new incarnation, until it succeeds or the
-app id registers again, so a purged app's files are not leaked by a crash or a transient IO error.
+failed is retried by the next ``PurgeFiles``, by every new incarnation and by ``RetryFailedPurges``
+(told by the timer every app expiry check interval), until it succeeds or the app id registers again, so a purged app's files are not leaked by a crash or a transient IO error.
 
 Its messages, replies and errors live in ``riffle_actors.actors.storage_messages``.
 
@@ -113,7 +113,12 @@ class DiskResources:
         self._writer = self._reader = None
 
 
-DiskMsg = WriteBatch | ReadIndex | ReadData | PurgeFiles | UnfenceApp | GetDiskInfo
+@dataclass(frozen=True, slots=True)
+class RetryFailedPurges:
+    """Told by the timer: delete again the apps whose purge failed on this disk (usually none)."""
+
+
+DiskMsg = WriteBatch | ReadIndex | ReadData | PurgeFiles | UnfenceApp | GetDiskInfo | RetryFailedPurges
 
 
 class DiskActor(Actor):
@@ -182,6 +187,9 @@ class DiskActor(Actor):
                 for key in [k for k in self._fenced if k[0] == app_id]:
                     del self._fenced[key]
                 self.res.failed_purges.discard(app_id)
+            case RetryFailedPurges():
+                if self.res.failed_purges:
+                    self._retry_failed_purges()
             case GetDiskInfo(with_usage=with_usage):
                 if not with_usage:
                     return DiskInfo(self.disk_name, self.root, 0, 0, self.res.written_bytes,

@@ -1,0 +1,60 @@
+"""Crash each kind of permanent actor at seeded points of a write + spill + read + purge workload.
+
+A real in-process server (gRPC, Disk threads, ManualClock) runs the workload of
+``tests.sim.harness``; the crashes come from the runtime's ``inject_crash`` seam (between two
+messages) and from ``ref.crash`` (wherever the incarnation is, with its tasks in flight). Each
+run ends with the invariants of ``World.check_invariants``: every acknowledged block readable
+until the purge, no batch in flight, no ask left waiting, the budget exact and back to zero, no
+file left after the purge. The heartbeat's runs have a real in-process coordinator.
+
+A failure names the seed and its events; ``tests/sim`` has the mixed schedules.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from riffle_actors.coordinator.config import CoordinatorConfig
+from riffle_actors.coordinator.runtime import Coordinator
+from riffle_actors.runtime import ManualClock
+from tests.sim.harness import KINDS, Event, make_workload, run_schedule
+
+SEEDS = (1, 2, 3)
+
+
+def crash_schedule(kind: str, seed: int):
+    """One to four crashes of ``kind`` at seeded steps: a kill mid-step, then kills or injected crashes."""
+    rng = random.Random(f"{kind}-{seed}")
+    steps = make_workload(rng)
+    events = [Event(rng.randrange(len(steps)), "kill", kind, rng.randrange(0, 40), rng.randrange(2))]
+    for _ in range(rng.randint(1, 3) if kind != "app" else 0):
+        step = rng.randrange(len(steps))
+        if rng.random() < 0.5:
+            events.append(Event(step, "inject", kind, rng.randrange(0, 8), rng.randrange(2)))
+        else:
+            events.append(Event(step, "kill", kind, rng.randrange(0, 40), rng.randrange(2)))
+    events.sort(key=lambda e: e.step)
+    return steps, events
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("kind", KINDS)
+async def test_permanent_actor_crash_keeps_the_invariants(tmp_path: Path, kind: str, seed: int) -> None:
+    steps, events = crash_schedule(kind, seed)
+    if kind != "heartbeat":
+        world = await run_schedule(tmp_path, seed, steps, events)
+    else:
+        cfg = CoordinatorConfig.model_validate({
+            "grpc_port": 0, "grpc_bind_address": "127.0.0.1", "http_port": 0, "http_bind_address": "127.0.0.1",
+            "client_conf": {"rss.storage.type": "MEMORY_LOCALFILE"}, "admin": {"token": "t" * 32}})
+        async with Coordinator(cfg, clock=ManualClock()) as coordinator:
+            world = await run_schedule(tmp_path, seed, steps, events,
+                                       coordinator=f"127.0.0.1:{coordinator.grpc_port}")
+    if kind == "app":
+        assert world.losses >= 1  # temporary: its crash purged the app, which registered again and went on
+        return
+    names = {world.actor_name(kind, e.disk) for e in events}
+    assert sum(world.restarts.get(n, 0) for n in names) >= 1, (world.restarts, world.log)
