@@ -20,16 +20,20 @@ import pytest
 from riffle_actors.coordinator.config import CoordinatorConfig
 from riffle_actors.coordinator.runtime import Coordinator
 from riffle_actors.runtime import ManualClock
-from tests.sim.harness import KINDS, Event, make_workload, run_schedule
+from tests.sim.harness import KINDS, Event, Step, make_workload, run_schedule
 
 SEEDS = (1, 2, 3)
 
 
 def crash_schedule(kind: str, seed: int):
-    """One to four crashes of ``kind`` at seeded steps: a kill mid-step, then kills or injected crashes."""
+    """One to four crashes of ``kind`` at seeded steps: one while a spill is in flight, then kills or
+    injected crashes."""
     rng = random.Random(f"{kind}-{seed}")
     steps = make_workload(rng)
-    events = [Event(rng.randrange(len(steps)), "kill", kind, rng.randrange(0, 40), rng.randrange(2))]
+    # first a crash while a spill batch is in flight, in a write that surely spills
+    at = rng.randrange(len(steps))
+    steps.insert(at, Step("write", 6, 48 << 10))
+    events = [Event(at, "stall", kind, rng.randrange(0, 4), rng.randrange(2))]
     for _ in range(rng.randint(1, 3) if kind != "app" else 0):
         step = rng.randrange(len(steps))
         if rng.random() < 0.5:
@@ -37,6 +41,7 @@ def crash_schedule(kind: str, seed: int):
         else:
             events.append(Event(step, "kill", kind, rng.randrange(0, 40), rng.randrange(2)))
     events.sort(key=lambda e: e.step)
+    assert all(e.step < len(steps) for e in events)
     return steps, events
 
 

@@ -8,6 +8,8 @@ seed) lists events placed before or during the steps of a write + spill + read +
 - ``inject``: ``system.inject_crash(actor, after=n)``: the actor crashes at its (n+1)-th next message;
 - ``kill``: ``ref.crash(...)`` a few loop turns into the step: the incarnation ends wherever it is,
   with its write tasks, reply-later work and fan-outs in flight;
+- ``stall``: the next append on each disk is held in its thread; once a spill batch is in flight,
+  the actor is killed, then the appends go on;
 - ``disk``: a fault armed on a disk's ``FaultyLocalIO`` (a failed or torn append, a failed purge, an
   append that crashes the Disk actor);
 - ``jump``: the clock jumps forward (every deadline due meanwhile fires).
@@ -56,7 +58,7 @@ CALL_DEADLINE_S = 30.0  # real seconds any one client call may take before the r
 @dataclass(frozen=True, slots=True)
 class Event:
     step: int          # the workload step it is applied before (or during, for ``kill``)
-    what: str          # inject | kill | disk | jump
+    what: str          # inject | kill | stall | disk | jump
     kind: str = ""     # actor kind, or the disk fault
     arg: float = 0     # inject: messages to let through; kill: loop turns to wait; jump: seconds
     disk: int = 0      # which disk (disk crashes and faults)
@@ -91,10 +93,13 @@ def make_schedule(seed: int, kinds: tuple[str, ...] = SIM_KINDS, *, crashes: tup
     events: list[Event] = []
     for _ in range(rng.randint(*crashes)):
         kind = rng.choice(kinds)
-        if rng.random() < 0.5:
+        r = rng.random()
+        if r < 0.4:
             events.append(Event(rng.randrange(n), "inject", kind, rng.randrange(0, 6), rng.randrange(2)))
-        else:
+        elif r < 0.75:
             events.append(Event(rng.randrange(n), "kill", kind, rng.randrange(0, 40), rng.randrange(2)))
+        else:
+            events.append(Event(rng.randrange(n), "stall", kind, rng.randrange(0, 4), rng.randrange(2)))
     for _ in range(rng.randint(*disk_faults)):
         events.append(Event(rng.randrange(n), "disk", rng.choice(DISK_FAULTS), rng.randint(1, 2), rng.randrange(2)))
     for _ in range(rng.randint(*jumps)):
@@ -216,6 +221,27 @@ class World:
             elif ev.kind == "read_eio":
                 io.fail("read_index", errno.EIO, times=times)
 
+    async def kill_mid_spill(self, ev: Event, step_done: asyncio.Future) -> None:
+        """``stall``: hold the next append of the step on each disk, crash the actor while a batch is
+        in flight (the dispatcher waits on a disk, the AppActor on the dispatcher), then let go."""
+        assert self.srv is not None
+        self.log.append(f"{ev}")
+        held = [(io, io.hang("append_batch", times=1)) for io in self.faulty.values()]
+
+        def entered() -> bool:
+            return any(b.entered.is_set() for _, b in held)
+
+        try:
+            while not entered() and not step_done.done():
+                await asyncio.sleep(0.001)
+            if entered():
+                self.log.append("a spill is in flight: crashing")
+                await self.kill_later(Event(ev.step, "kill", ev.kind, ev.arg, ev.disk))
+        finally:
+            for _, blocked in held:
+                blocked.times = 0  # disarmed if it did not fire (a later append is not held)
+                blocked.release.set()
+
     async def kill_later(self, ev: Event) -> None:
         """``kill``: a few loop turns into the step, end the incarnation wherever it is."""
         assert self.srv is not None
@@ -231,11 +257,13 @@ class World:
         for i, step in enumerate(steps):
             now = [e for e in events if e.step == i]
             for ev in now:
-                if ev.what != "kill":
+                if ev.what not in ("kill", "stall"):
                     self.apply(ev)
+            step_task = asyncio.ensure_future(self.step(step))
             kills = [asyncio.ensure_future(self.kill_later(ev)) for ev in now if ev.what == "kill"]
+            kills += [asyncio.ensure_future(self.kill_mid_spill(ev, step_task)) for ev in now if ev.what == "stall"]
             try:
-                await self.step(step)
+                await step_task
             finally:
                 await asyncio.gather(*kills)
 

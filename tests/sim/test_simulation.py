@@ -50,4 +50,4 @@ def test_schedules_are_a_function_of_the_seed() -> None:
     kinds = {e.kind for s in range(200) for e in make_schedule(s)[1] if e.what in ("inject", "kill")}
     assert {"memory", "spill", "app_manager", "apps", "app", "disk", "disk_monitor", "storage", "timer"} <= kinds
     whats = {e.what for s in range(200) for e in make_schedule(s)[1]}
-    assert whats == {"inject", "kill", "disk", "jump"}
+    assert whats == {"inject", "kill", "stall", "disk", "jump"}
