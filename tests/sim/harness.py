@@ -57,7 +57,8 @@ CALL_DEADLINE_S = 30.0  # real seconds any one client call may take before the r
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    step: int          # the workload step it is applied before (or during, for ``kill``)
+    step: int          # the workload step it is applied before (or during, for ``kill``); the step
+                       # after the last is the purge
     what: str          # inject | kill | stall | disk | jump
     kind: str = ""     # actor kind, or the disk fault
     arg: float = 0     # inject: messages to let through; kill: loop turns to wait; jump: seconds
@@ -94,6 +95,9 @@ def make_schedule(seed: int, kinds: tuple[str, ...] = SIM_KINDS, *, crashes: tup
     for _ in range(rng.randint(*crashes)):
         kind = rng.choice(kinds)
         r = rng.random()
+        if r < 0.1:  # while the app is purged at the end
+            events.append(Event(n, "kill", kind, rng.randrange(0, 20), rng.randrange(2)))
+            continue
         if r < 0.4:
             events.append(Event(rng.randrange(n), "inject", kind, rng.randrange(0, 6), rng.randrange(2)))
         elif r < 0.75:
@@ -144,6 +148,7 @@ class World:
     losses: int = 0  # times the app was purged by the crash of its AppActor (by design) and registered again
     log: list[str] = field(default_factory=list)
     restarts: dict[str, int] = field(default_factory=dict)  # actor name -> restarts, at the end of the run
+    purge_events: list[Event] = field(default_factory=list)  # kills while the app is purged
     _task_id: int = 0
     _ticker: asyncio.Task | None = None
     _stop_ticking: bool = False
@@ -254,6 +259,7 @@ class World:
 
     # ------------------------------------------------------------- workload
     async def run(self, steps: list[Step], events: list[Event]) -> None:
+        self.purge_events = [e for e in events if e.step >= len(steps)]
         for i, step in enumerate(steps):
             now = [e for e in events if e.step == i]
             for ev in now:
@@ -302,6 +308,7 @@ class World:
             except UniffleError as e:
                 if e.status == NO_REGISTER or attempt == attempts - 1:
                     raise
+                self.log.append(f"retrying after {e}")
                 await asyncio.sleep(0.002 * (attempt + 1))  # client-side retry pacing, like the Java client
         raise AssertionError("unreachable")
 
@@ -389,8 +396,16 @@ class World:
             sent = await self.ask(srv.heartbeat, SendHeartbeatNow())
             assert sent == {self.coordinator: True}, sent
             assert (await self.ask(srv.heartbeat, GetHeartbeatStats())).sent_ok >= 1
-        # purge: everything of the app goes, even after crashes and failed deletions
-        await self.retrying(lambda: self.client.unregister_app(self.app_id))
+        # purge: everything of the app goes, even after crashes (events of the step after the last,
+        # killed while the purge runs) and failed deletions
+        during = [asyncio.ensure_future(self.kill_later(ev)) for ev in self.purge_events]
+        try:
+            await self.retrying(lambda: self.client.unregister_app(self.app_id))
+        except UniffleError as e:  # an attempt that failed may have purged it all the same
+            if e.status != NO_REGISTER or not any(line.startswith("retrying") for line in self.log[-1:]):
+                raise
+        finally:
+            await asyncio.gather(*during)
         paths = list(srv.cfg.localfile_store.data_paths)
         from tests.fault.conftest import open_files_under
 
