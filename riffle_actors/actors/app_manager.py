@@ -146,7 +146,8 @@ class AppManagerActor(Actor):
     and the next incarnation's ``on_start`` runs every purge of the ledger again (stopping a stopped
     actor, purging purged memory and deleting deleted files are no-ops), so an app is never half
     purged and no file is leaked. A registration cut short may leave an AppActor started but not in
-    the directory: the next ``GetOrCreateApp`` of that id adopts it. The ``SpillRoundDone`` owed to the
+    the directory: the next incarnation's ``on_start`` (or the next ``GetOrCreateApp`` of that id)
+    adopts it, so it is served, swept for expiry and purged like any other. The ``SpillRoundDone`` owed to the
     MemoryManager is sent by the next incarnation (with 0 bytes: it starts a fresh round on its next
     commit). Lost with the incarnation: the asks being answered (they fail with ``ActorDeadError``;
     the service answers the client with an error, and it retries), the expiry miss counts (an app
@@ -181,6 +182,13 @@ class AppManagerActor(Actor):
 
     async def on_start(self) -> None:
         ledger = self.ledger
+        if self.apps_supervisor is not None:  # AppActors a cut-short registration left out of the directory
+            for name, ref in self.system.children(self.apps_supervisor).items():
+                app_id = name.removeprefix("app:")
+                if ref.is_alive and app_id not in self.directory and (app_id, None) not in ledger.purges:
+                    logger.bind(app_id=app_id).warning("app {} adopted after a restart of the app manager", app_id)
+                    ref.watch(self.ref)
+                    self.directory[app_id] = ref
         if ledger.purges:
             logger.warning("app manager restarted: finishing {} interrupted purge(s)", len(ledger.purges))
             self.spawn(self._finish_purges())
