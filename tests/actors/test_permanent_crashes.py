@@ -65,3 +65,27 @@ async def test_permanent_actor_crash_keeps_the_invariants(tmp_path: Path, kind: 
         return
     names = {world.actor_name(kind, e.disk) for e in events}
     assert sum(world.restarts.get(n, 0) for n in names) >= 1, (world.restarts, world.log)
+
+
+@pytest.mark.parametrize("crash_disk", [False, True])
+async def test_a_failed_purge_is_retried_until_the_files_are_gone(tmp_path: Path, crash_disk: bool) -> None:
+    """Deleting the app's files fails on both disks (EIO, twice each): the disks try again (timer,
+    next purge, new incarnation) and nothing is left; with ``crash_disk`` a Disk actor also crashes
+    while the purge is pending."""
+    import errno
+
+    from tests.sim.harness import World
+
+    world = World(tmp_path, seed=0)
+    try:
+        await world.start()
+        await world.write(6, 48 << 10)  # spills to both disks
+        for io in world.faulty.values():
+            io.fail("remove_app", errno.EIO, times=2)
+        if crash_disk:
+            world.purge_events = [Event(0, "kill", "disk", 5, 0)]
+        await world.check_invariants()  # waits for no file left after the purge
+        assert all(io.rules == [] or all(r.times == 0 for r in io.rules) for io in world.faulty.values())
+        assert sum(r.hits for io in world.faulty.values() for r in io.rules) == 4
+    finally:
+        await world.close()
