@@ -17,10 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from riffle_actors.coordinator.config import CoordinatorConfig
-from riffle_actors.coordinator.runtime import Coordinator
-from riffle_actors.runtime import ManualClock
-from tests.sim.harness import KINDS, Event, Step, make_workload, run_schedule
+from tests.sim.harness import KINDS, Event, Step, make_workload, run_schedule, run_with_coordinator
 
 SEEDS = (1, 2, 3)
 
@@ -54,12 +51,7 @@ async def test_permanent_actor_crash_keeps_the_invariants(tmp_path: Path, kind: 
     if kind != "heartbeat":
         world = await run_schedule(tmp_path, seed, steps, events)
     else:
-        cfg = CoordinatorConfig.model_validate({
-            "grpc_port": 0, "grpc_bind_address": "127.0.0.1", "http_port": 0, "http_bind_address": "127.0.0.1",
-            "client_conf": {"rss.storage.type": "MEMORY_LOCALFILE"}, "admin": {"token": "t" * 32}})
-        async with Coordinator(cfg, clock=ManualClock()) as coordinator:
-            world = await run_schedule(tmp_path, seed, steps, events,
-                                       coordinator=f"127.0.0.1:{coordinator.grpc_port}")
+        world = await run_with_coordinator(tmp_path, seed, steps, events)
     if kind == "app":
         assert world.losses >= 1  # temporary: its crash purged the app, which registered again and went on
         return

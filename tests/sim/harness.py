@@ -441,3 +441,29 @@ async def run_schedule(root: Path, seed: int, steps: list[Step], events: list[Ev
     finally:
         await world.close()
     return world
+
+
+HEARTBEAT_EVERY = 8
+"""Every 8th seed of the simulation also runs a coordinator, and may crash the heartbeat."""
+
+
+async def run_with_coordinator(root: Path, seed: int, steps: list[Step], events: list[Event]) -> World:
+    """``run_schedule`` with a real in-process coordinator that the server heartbeats."""
+    from riffle_actors.coordinator.config import CoordinatorConfig
+    from riffle_actors.coordinator.runtime import Coordinator
+
+    cfg = CoordinatorConfig.model_validate({
+        "grpc_port": 0, "grpc_bind_address": "127.0.0.1", "http_port": 0, "http_bind_address": "127.0.0.1",
+        "client_conf": {"rss.storage.type": "MEMORY_LOCALFILE"}, "admin": {"token": "t" * 32}})
+    async with Coordinator(cfg, clock=ManualClock()) as coordinator:
+        return await run_schedule(root, seed, steps, events, coordinator=f"127.0.0.1:{coordinator.grpc_port}")
+
+
+async def run_seed(root: Path, seed: int) -> World:
+    """One seed of the simulation: its schedule, with a coordinator for every ``HEARTBEAT_EVERY``-th."""
+    if seed % HEARTBEAT_EVERY == 0:
+        steps, events = make_schedule(seed, KINDS)
+        return await run_with_coordinator(root, seed, steps, events)
+    steps, events = make_schedule(seed)
+    return await run_schedule(root, seed, steps, events)
+
