@@ -244,7 +244,7 @@ class InjectedCrash(Exception):
 class _CrashInjection:
     """One armed test crash of a cell: counts the messages its incarnation handles, then raises."""
 
-    __slots__ = ("cell", "left", "error", "actor", "receive")
+    __slots__ = ("actor", "cell", "error", "left", "receive")
 
     def __init__(self, cell: ActorCell, after: int, error: BaseException | None) -> None:
         self.cell = cell

@@ -26,7 +26,7 @@ from riffle_actors.actors.app_manager import (
 )
 from riffle_actors.actors.memory import PurgeAppMemory, SpillLargest, SpillRoundDone
 from riffle_actors.actors.storage_messages import PurgeFiles, UnfenceApp
-from riffle_actors.runtime import Actor, ActorRef, ActorSystem, ManualClock
+from riffle_actors.runtime import Actor, ActorDeadError, ActorRef, ActorSystem, ManualClock
 from tests.actors.conftest import Poll, Settle
 
 pytestmark = pytest.mark.asyncio
@@ -299,7 +299,7 @@ async def test_a_purge_cut_short_by_a_crash_is_finished_by_the_next_incarnation(
     await poll(stopping.is_set)
     assert "app-1" not in rig.directory and ("app-1", None) in ledger.purges
     manager.crash(RuntimeError("bug in the app manager"))
-    with pytest.raises(Exception):
+    with pytest.raises(ActorDeadError):
         await purge  # the asker of the crashed incarnation gets an error, it is not left waiting
     await poll(lambda: manager.statistics().restarts == 1 and manager.statistics().state == "running")
     let_go.set()

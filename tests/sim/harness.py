@@ -320,7 +320,7 @@ class World:
         acked: list[BlockSpec] = []
         for i in range(0, len(blocks), 4):
             chunk = blocks[i:i + 4]
-            await self.retrying(lambda: self.client.send_blocks(self.app_id, self.shuffle_id, chunk))
+            await self.retrying(lambda chunk=chunk: self.client.send_blocks(self.app_id, self.shuffle_id, chunk))
             acked.extend(chunk)
         await self.retrying(lambda: self.client.report(self.app_id, self.shuffle_id, task, acked))
         self.acked.extend(acked)
@@ -333,7 +333,7 @@ class World:
         assert set(ids) >= {b.block_id for b in self.acked}, "reported blocks missing from getShuffleResult"
         for p in self.partitions:
             want = [b for b in self.acked if b.partition_id == p]
-            got = await self.retrying(lambda: c.read_partition(self.app_id, self.shuffle_id, p, ids))
+            got = await self.retrying(lambda p=p: c.read_partition(self.app_id, self.shuffle_id, p, ids))
             assert_read_matches(got, want)
 
     async def finish(self) -> None:
