@@ -5,12 +5,12 @@ services (``ShuffleService``: the data plane; ``AdminService``: health, reports,
 the transports that call them (gRPC, HTTP, the coordinator client of the heartbeat)::
 
     root (one_for_one)
-      timer              TimerActor: ticket expiry, app expiry, disk probe rounds, heartbeats
+      timer              TimerActor: ticket expiry, app expiry, disk probe rounds (entries survive restarts)
       storage            Supervisor of one DiskActor per data path and the DiskMonitorActor (permanent)
       memory             MemoryManagerActor (permanent; budget and tickets survive its restarts)
-      spill              SpillDispatcherActor (permanent)
-      apps               Supervisor of one AppActor per app (temporary children)
-      app_manager        AppManagerActor (permanent)
+      spill              SpillDispatcherActor (permanent; queue and running batches survive its restarts)
+      apps               Supervisor of one AppActor per app (temporary children, which outlive its crash)
+      app_manager        AppManagerActor (permanent; directory and unfinished purges survive its restarts)
       heartbeat          HeartbeatActor, when coordinator_quorum is set
 
 Operator actions (``riffle_actors.decommission.Lifecycle``, reached through the HTTP ``/admin``
@@ -42,8 +42,9 @@ from loguru import logger
 
 from riffle_actors import __version__
 from riffle_actors.actors.app import AppActor
-from riffle_actors.actors.app_manager import AppDirectory, AppManagerActor, CheckExpiredApps, FlushAllApps
-from riffle_actors.actors.disk import DiskActor, DiskResources
+from riffle_actors.actors.app_manager import AppDirectory, AppManagerActor, AppManagerLedger, CheckExpiredApps, \
+    FlushAllApps
+from riffle_actors.actors.disk import DiskActor, DiskResources, RetryFailedPurges
 from riffle_actors.actors.disk_monitor import DiskMonitorActor
 from riffle_actors.actors.heartbeat import (
     AnnounceStopping,
@@ -52,7 +53,7 @@ from riffle_actors.actors.heartbeat import (
     SendHeartbeatNow,
 )
 from riffle_actors.actors.memory import AttachAppManager, ExpireTickets, MemoryManagerActor
-from riffle_actors.actors.spill import SpillDispatcherActor
+from riffle_actors.actors.spill import SpillBacklog, SpillDispatcherActor
 from riffle_actors.actors.storage_messages import RunProbeRound
 from riffle_actors.admin import AdminService, HealthRules, ServerIdentity
 from riffle_actors.config import ConfigError, ServerConfig, load_config
@@ -68,11 +69,13 @@ from riffle_actors.netaddr import advertised_ip
 from riffle_actors.runtime import (
     ActorSystem,
     ChildSpec,
+    ChildTable,
     Clock,
     ScheduleEvery,
     Supervisor,
     SystemClock,
     TimerActor,
+    TimerTable,
 )
 from riffle_actors.service import ShuffleService
 from riffle_actors.state.budget import MemoryBudget
@@ -148,9 +151,12 @@ class ShuffleServer:
         system = self.system
         self.metrics.loop_lag.start()
         await system.start()
-        self.timer = await system.start_child(None, ChildSpec("timer", lambda: TimerActor(self.clock)))
+        # every permanent actor gets the state that must outlive its crashes from here (see each one)
+        timer_table = TimerTable()
+        self.timer = await system.start_child(None, ChildSpec("timer", lambda: TimerActor(self.clock, timer_table)))
+        storage_table = ChildTable()  # the Disk actors and the DiskMonitor outlive a crash of their supervisor
         storage = await system.start_child(None, ChildSpec("storage", lambda: Supervisor(
-            "storage", max_restarts=10, within_s=60.0, clock=self.clock)))
+            "storage", max_restarts=10, within_s=60.0, clock=self.clock, table=storage_table)))
         self.storage = storage
         self.disks = []
         ls = cfg.localfile_store
@@ -168,18 +174,19 @@ class ShuffleServer:
             budget=self.budget, tickets=self.tickets, high_watermark=hs.memory_spill_high_watermark,
             low_watermark=hs.memory_spill_low_watermark, clock=self.clock, app_manager=holder.get("app_manager"))))
         disk_refs = dict(self.disks)
+        backlog = SpillBacklog(disk_refs, max_concurrency=hs.memory_spill_max_concurrency)
         self.spill = await system.start_child(None, ChildSpec("spill", lambda: SpillDispatcherActor(
-            disk_refs, max_concurrency=hs.memory_spill_max_concurrency, clock=self.clock,
-            on_spilled=self.metrics.on_spilled, on_spill_failed=self.metrics.on_spill_failed,
-            health=self.disk_health)))
+            disk_refs, clock=self.clock, on_spilled=self.metrics.on_spilled,
+            on_spill_failed=self.metrics.on_spill_failed, health=self.disk_health, backlog=backlog)))
         self.disk_monitor = await system.start_child(storage, ChildSpec("disk_monitor", lambda: DiskMonitorActor(
             board=self.disk_health, probe_timeout_s=ls.disk_probe_timeout_sec,
             interval_s=float(ls.disk_healthy_check_interval_sec), probe_fn=self._probe_fn, clock=self.clock,
             subscribers=[self.spill], fleet_factory=self._probe_fleet_factory)))
         for res in self._disk_resources.values():
             res.monitor = self.disk_monitor  # Disk actors report IO failures from now on
+        apps_table = ChildTable()  # the AppActors outlive a crash of their supervisor
         apps_sup = await system.start_child(None, ChildSpec("apps", lambda: Supervisor(
-            "apps", max_restarts=1000, within_s=1.0, clock=self.clock)))
+            "apps", max_restarts=1000, within_s=1.0, clock=self.clock, table=apps_table)))
         ac = cfg.app_config
 
         def app_factory(app_id: str) -> AppActor:
@@ -189,9 +196,10 @@ class ShuffleServer:
                             huge_threshold_bytes=ac.partition_limit_threshold if ac.partition_limit_enable else None,
                             huge_spill_bytes=ac.huge_partition_memory_single_buffer_max_spill_size)
 
+        ledger = AppManagerLedger()
         self.app_manager = await system.start_child(None, ChildSpec("app_manager", lambda: AppManagerActor(
             directory=self.directory, app_factory=app_factory, memory=self.memory,
-            disks=[ref for _, ref in self.disks], clock=self.clock, apps_supervisor=apps_sup)))
+            disks=[ref for _, ref in self.disks], clock=self.clock, apps_supervisor=apps_sup, ledger=ledger)))
         holder["app_manager"] = self.app_manager
         await self.memory.tell(AttachAppManager(self.app_manager))
 
@@ -201,6 +209,9 @@ class ShuffleServer:
                                            self.app_manager, CheckExpiredApps()))
         await self.timer.ask(ScheduleEvery("probe-disks", float(ls.disk_healthy_check_interval_sec),
                                            self.disk_monitor, RunProbeRound()))
+        for path, disk in self.disks:  # a purge that failed on a disk is tried again until it succeeds
+            await self.timer.ask(ScheduleEvery(f"retry-purges:{path}", float(ac.app_expiry_check_interval_sec),
+                                               disk, RetryFailedPurges()))
 
         huge_limit = (int(cfg.memory_store.capacity * ac.partition_limit_memory_backpressure_ratio)
                       if ac.partition_limit_enable else None)

@@ -149,6 +149,9 @@ class ShuffleService:
             # what no partition turned into used memory is ours to give back (all of it if never processed)
             ticket.release_rest()
             raise NoRegisterError(f"app {app_id!r} was removed") from None
+        except Exception:
+            ticket.release_rest()  # the app crashed on this message: the same (release_rest is idempotent)
+            raise
 
     async def report_shuffle_result(self, app_id: str, shuffle_id: int, task_attempt_id: int,
                                     partition_to_block_ids: Iterable[tuple[int, Sequence[int]]]) -> int:

@@ -22,6 +22,15 @@ its appends stay ordered behind whatever the previous incarnation left running, 
 fences still hold. An unexpected exception (not an ``OSError``) crashes the actor; its
 supervisor restarts it and the SpillDispatcher retries the spill.
 
+**What survives a crash** (a permanent child of the storage supervisor): the ``DiskResources``
+(threads, IO layer, fences, counters, failed purges) and the mailbox. Work already handed to the
+threads finishes whatever happens to the incarnation (only the waiting for it is cancelled: an
+asker gets ``ActorDeadError``; the SpillDispatcher writes the batch again). Messages queued behind
+the crash (``PurgeFiles``, ``UnfenceApp``, writes, reads) are handled by the next incarnation, in
+order. Purges are idempotent (deleting what is gone is a no-op) and an app purge whose deletion
+failed is retried by the next ``PurgeFiles``, by every new incarnation and by ``RetryFailedPurges``
+(told by the timer every app expiry check interval), until it succeeds or the app id registers again, so a purged app's files are not leaked by a crash or a transient IO error.
+
 Its messages, replies and errors live in ``riffle_actors.actors.storage_messages``.
 
 See also: ``riffle_actors.io.localfile`` (the blocking operations), ``riffle_actors.actors.spill``,
@@ -34,6 +43,7 @@ import asyncio
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 
 from loguru import logger
 
@@ -77,6 +87,9 @@ class DiskResources:
     root_ready: bool = False
     written_bytes: int = 0   # counters of the disk, not of one incarnation
     write_failures: int = 0
+    # app purges whose deletion failed: tried again by the next PurgeFiles and every new incarnation,
+    # forgotten when the app id registers again (``UnfenceApp``: the files would be the new app's)
+    failed_purges: set[str] = field(default_factory=set)
     _writer: ThreadPoolExecutor | None = None
     _reader: ThreadPoolExecutor | None = None
 
@@ -100,7 +113,12 @@ class DiskResources:
         self._writer = self._reader = None
 
 
-DiskMsg = WriteBatch | ReadIndex | ReadData | PurgeFiles | UnfenceApp | GetDiskInfo
+@dataclass(frozen=True, slots=True)
+class RetryFailedPurges:
+    """Told by the timer: delete again the apps whose purge failed on this disk (usually none)."""
+
+
+DiskMsg = WriteBatch | ReadIndex | ReadData | PurgeFiles | UnfenceApp | GetDiskInfo | RetryFailedPurges
 
 
 class DiskActor(Actor):
@@ -120,6 +138,8 @@ class DiskActor(Actor):
         # incarnation left stuck on the writer thread. On that thread all the same (a hung disk must
         # not block the event loop); a disk failing here still starts, its writes fail and the
         # monitor quarantines it (appends create the directories they need anyway).
+        if self.res.failed_purges:
+            self._retry_failed_purges()
         if self.res.root_ready:
             return
         try:
@@ -158,13 +178,18 @@ class DiskActor(Actor):
                 self._fenced[key] = max(self._fenced.pop(key, -1), msg.epoch)
                 while len(self._fenced) > _FENCE_LIMIT:
                     self._fenced.popitem(last=False)
-                return self._wrap("purge", loop.run_in_executor(
-                    self.res.writer, self.res.local_io.remove_app, self.root, msg.app_id, msg.shuffle_id))
+                if self.res.failed_purges:
+                    self._retry_failed_purges(skip=msg.app_id)
+                return self._wrap("purge", self._submit_purge(msg.app_id, msg.shuffle_id))
             case UnfenceApp(app_id=app_id):
                 # late spills of the purged incarnation are dropped by the SpillDispatcher (their
                 # owner is dead); writes queued after this message belong to the new incarnation
                 for key in [k for k in self._fenced if k[0] == app_id]:
                     del self._fenced[key]
+                self.res.failed_purges.discard(app_id)
+            case RetryFailedPurges():
+                if self.res.failed_purges:
+                    self._retry_failed_purges()
             case GetDiskInfo(with_usage=with_usage):
                 if not with_usage:
                     return DiskInfo(self.disk_name, self.root, 0, 0, self.res.written_bytes,
@@ -173,6 +198,21 @@ class DiskActor(Actor):
                 return self._info(loop.run_in_executor(self.res.reader, self.res.local_io.usage, self.root))
             case _:
                 raise TypeError(f"unexpected message {msg!r}")
+
+    def _submit_purge(self, app_id: str, shuffle_id: int | None) -> asyncio.Future:
+        """Queue a deletion on the writer thread. It runs whatever happens to this incarnation (a crash
+        does not cancel the thread's work); an app purge that fails is kept for a retry."""
+        fut = asyncio.get_running_loop().run_in_executor(
+            self.res.writer, self.res.local_io.remove_app, self.root, app_id, shuffle_id)
+        if shuffle_id is None:
+            fut.add_done_callback(partial(_purge_done, self.res, app_id))
+        return fut
+
+    def _retry_failed_purges(self, skip: str | None = None) -> None:
+        for app_id in sorted(self.res.failed_purges - {skip}):
+            logger.bind(disk=self.disk_name, app_id=app_id).info("disk {}: retrying the purge of app {}",
+                                                                 self.disk_name, app_id)
+            self._submit_purge(app_id, None).add_done_callback(_consume)
 
     async def _timed(self, op: str, fut: asyncio.Future):
         """Await an IO future within ``io_timeout_s``; the thread itself cannot be interrupted."""
@@ -222,6 +262,13 @@ class DiskActor(Actor):
             except Exception as e:  # noqa: BLE001 - the failure still reaches the caller
                 logger.bind(disk=self.disk_name).warning("could not report {} to the disk monitor: {!r}", op, e)
         return err
+
+
+def _purge_done(res: DiskResources, app_id: str, fut: asyncio.Future) -> None:
+    if fut.cancelled() or fut.exception() is not None:
+        res.failed_purges.add(app_id)
+    else:
+        res.failed_purges.discard(app_id)
 
 
 def _consume(fut: asyncio.Future) -> None:

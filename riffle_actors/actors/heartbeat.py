@@ -24,6 +24,12 @@ its coordinators would otherwise wait for the heartbeat timeout. A restarted ser
 ACTIVE again and is assignable at once. The flag lives in this incarnation only: a restart of the
 actor while the server stops would send at most one ACTIVE round until the server's ports close.
 
+**What survives a crash** (a permanent child of the root): nothing but the mailbox, and nothing else
+needs to. The links are closed by ``on_stop`` and opened again by the next incarnation, whose first
+round goes out at once, so a crash costs at most one late heartbeat (well inside the coordinator's
+timeout). A ``SendHeartbeatNow`` being answered fails with ``ActorDeadError``; queued ones are
+answered by the next incarnation. The counters of ``GetHeartbeatStats`` start again from zero.
+
 It does not cover: the wire (``riffle_actors.transport.coordinator_client`` implements
 ``CoordinatorLink`` over gRPC and maps each snapshot field to the protobuf request), computing the
 figures (``riffle_actors.admin.AdminService.heartbeat_snapshot``) or the coordinator side.
