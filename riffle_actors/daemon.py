@@ -296,11 +296,17 @@ def _await_ready(fd: int, timeout_s: float, prog: str) -> int:
 async def _serve_with_signals(serve: Callable[..., Awaitable[int]], cfg: Any, ports: PortFileWriter) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
+    signalled = False  # a stop asked for otherwise (an operator's kill) is not a first signal
 
     def on_signal(signum: int) -> None:
-        if stop.is_set():
+        nonlocal signalled
+        if signalled:
             logger.warning("second {}: exiting now", signal.Signals(signum).name)
             os._exit(EXIT_SIGNAL)
+        signalled = True
+        if stop.is_set():
+            logger.info("{} received: already stopping gracefully", signal.Signals(signum).name)
+            return
         logger.info("{} received: shutting down", signal.Signals(signum).name)
         stop.set()
 

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import json
 import urllib.error
 import zlib
 from collections.abc import Iterator
@@ -62,7 +63,6 @@ def admin_http(server: Daemon, path: str, token: str | None) -> tuple[int, dict]
     try:
         return 200, http_json(f"http://127.0.0.1:{server.ports['http_port']}{path}", "POST", {}, token)
     except urllib.error.HTTPError as e:
-        import json
         return e.code, json.loads(e.read())
 
 

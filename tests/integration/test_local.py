@@ -38,8 +38,10 @@ def _start(tmp_path: Path) -> tuple[subprocess.Popen, str, Path]:
 
 
 def _post_status(port: int, sid: str, token: str | None) -> int:
+    # DECOMMISSIONED: an override at the coordinator only. (DECOMMISSIONING would also reach the
+    # server, which shares the token here, and a server without apps then stops by itself.)
     req = urllib.request.Request(f"http://127.0.0.1:{port}/api/servers/{sid}/status", method="POST",
-                                 data=json.dumps({"status": "DECOMMISSIONING"}).encode())
+                                 data=json.dumps({"status": "DECOMMISSIONED"}).encode())
     if token:
         req.add_header("Authorization", f"Bearer {token}")
     try:
