@@ -8,11 +8,14 @@
   ``ShuffleServerInternal``): the server reports DECOMMISSIONING, gets no new assignments, keeps
   serving its app, and exits 0 once that app is unregistered; a cancellation before that keeps it
   running and ACTIVE.
+- A SIGTERM during a kill's graceful stop does not cut it short.
 """
 
 from __future__ import annotations
 
 import json
+import signal
+import socket
 import urllib.error
 import zlib
 from collections.abc import Iterator
@@ -22,7 +25,7 @@ import pytest
 
 from riffle_actors.protocol.proto import uniffle_pb2 as pb
 from riffle_actors.protocol.proto import uniffle_pb2_grpc as pbg
-from tests.ctl.cluster import ADMIN_TOKEN, Daemon, RealCluster, http_json, send_blocks
+from tests.ctl.cluster import ADMIN_TOKEN, BASE_ENV, Daemon, RealCluster, http_json, send_blocks
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.integration
@@ -202,3 +205,36 @@ def test_cancel_keeps_the_server_active(cluster: RealCluster) -> None:
     assert listed(cluster, server)["status"] == "ACTIVE"
     nothing = cluster.ctl("instance", "cancel-decommission", sid(server))
     assert nothing.returncode == 0 and "nothing to cancel: the server is ACTIVE" in nothing.stdout
+
+
+def test_sigterm_during_a_kill_is_not_a_second_signal(tmp_path) -> None:
+    """A kill starts the graceful stop; a SIGTERM arriving meanwhile (systemd, an operator) must not
+    turn it into an immediate exit. The stop is held in its announcement step by a "coordinator"
+    that accepts connections and never answers (up to 2 s), so the SIGTERM lands inside it."""
+    mute = socket.socket()
+    mute.bind(("127.0.0.1", 0))
+    mute.listen(8)
+    c = RealCluster(tmp_path)
+    try:
+        server = c._spawn("riffle_actors.server", "alone", f"""grpc_port = 0
+grpc_bind_address = "127.0.0.1"
+http_port = 0
+http_bind_address = "127.0.0.1"
+coordinator_quorum = ["127.0.0.1:{mute.getsockname()[1]}"]
+heartbeat_interval_seconds = 1
+[localfile_store]
+data_paths = ["{tmp_path / 'data'}"]
+""", {**BASE_ENV, "RIFFLE_ADMIN_TOKEN": ADMIN_TOKEN})
+        c.servers.append(server)
+        code, body = admin_http(server, "/admin/kill", ADMIN_TOKEN)
+        assert code == 200 and body["status"] == "STOPPING", body
+        wait_for(lambda: "stopping: killed by an operator" in server.log.read_text(), timeout=30,
+                 what="the graceful stop under way")
+        assert server.proc.poll() is None  # still announcing to the mute coordinator
+        server.proc.send_signal(signal.SIGTERM)
+        assert wait_exit(server) == 0
+        log = server.log.read_text()
+        assert "SIGTERM received: already stopping gracefully" in log and "second SIGTERM" not in log
+    finally:
+        c.stop()
+        mute.close()
