@@ -31,6 +31,7 @@ See also: ``riffle_actors.io.localfile`` (the blocking operations), ``riffle_act
 from __future__ import annotations
 
 import asyncio
+import os
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from dataclasses import dataclass, field
 from loguru import logger
 
 from riffle_actors.actors.storage_messages import (
+    AppendMeta,
     AppPurgedError,
     DiskInfo,
     DiskIOError,
@@ -52,6 +54,7 @@ from riffle_actors.actors.storage_messages import (
 )
 from riffle_actors.errors import RiffleError
 from riffle_actors.io.local import LOCAL_IO, LocalIO
+from riffle_actors.io.meta_store import meta_path
 from riffle_actors.runtime import Actor, ActorRef
 
 _FENCE_LIMIT = 10_000
@@ -79,6 +82,7 @@ class DiskResources:
     write_failures: int = 0
     _writer: ThreadPoolExecutor | None = None
     _reader: ThreadPoolExecutor | None = None
+    _meta: ThreadPoolExecutor | None = None
 
     @property
     def writer(self) -> ThreadPoolExecutor:
@@ -92,15 +96,22 @@ class DiskResources:
             self._reader = ThreadPoolExecutor(self.read_threads, thread_name_prefix=f"disk-r-{self.name}")
         return self._reader
 
+    @property
+    def meta(self) -> ThreadPoolExecutor:
+        """The metadata log's own thread: a report never waits behind a big (or hung) spill write."""
+        if self._meta is None:
+            self._meta = ThreadPoolExecutor(1, thread_name_prefix=f"disk-m-{self.name}")
+        return self._meta
+
     def close(self) -> None:
         """Stop taking work; never waits (a thread may be stuck in the kernel on a dying disk)."""
-        for pool in (self._writer, self._reader):
+        for pool in (self._writer, self._reader, self._meta):
             if pool is not None:
                 pool.shutdown(wait=False, cancel_futures=True)
-        self._writer = self._reader = None
+        self._writer = self._reader = self._meta = None
 
 
-DiskMsg = WriteBatch | ReadIndex | ReadData | PurgeFiles | UnfenceApp | GetDiskInfo
+DiskMsg = WriteBatch | ReadIndex | ReadData | PurgeFiles | UnfenceApp | GetDiskInfo | AppendMeta
 
 
 class DiskActor(Actor):
@@ -160,6 +171,13 @@ class DiskActor(Actor):
                     self._fenced.popitem(last=False)
                 return self._wrap("purge", loop.run_in_executor(
                     self.res.writer, self.res.local_io.remove_app, self.root, msg.app_id, msg.shuffle_id))
+            case AppendMeta(entries=entries):
+                # on the metadata thread; fences are checked now (mailbox order with the purges) and
+                # again on the thread before and after the write (see _append_meta)
+                todo = [None if self._is_fenced(e.app_id, e.shuffle_id, e.epoch) else e for e in entries]
+                return self._wrap("metadata append", loop.run_in_executor(
+                    self.res.meta, _append_meta, self.res.local_io, self.root, self.disk_name, todo,
+                    self._is_fenced))
             case UnfenceApp(app_id=app_id):
                 # late spills of the purged incarnation are dropped by the SpillDispatcher (their
                 # owner is dead); writes queued after this message belong to the new incarnation
@@ -222,6 +240,44 @@ class DiskActor(Actor):
             except Exception as e:  # noqa: BLE001 - the failure still reaches the caller
                 logger.bind(disk=self.disk_name).warning("could not report {} to the disk monitor: {!r}", op, e)
         return err
+
+
+def _append_meta(local_io: LocalIO, root: str, disk: str, entries: list, is_fenced) -> tuple:
+    """On the metadata thread: each entry's records (None: fenced); per entry None or its exception.
+
+    A purge sets its fence on the event loop before its ``rmtree`` runs on the writer thread, so an
+    append that finds no fence before writing but one after may have raced the ``rmtree``: it removes
+    what it wrote (the file and the directories it left empty).
+    """
+    out: list[BaseException | None] = []
+    for e in entries:
+        if e is None or is_fenced(e.app_id, e.shuffle_id, e.epoch):
+            out.append(AppPurgedError("the shuffle was purged; metadata not written"))
+            continue
+        try:
+            local_io.append_meta(root, e.app_id, e.shuffle_id, e.records)
+        except OSError as exc:
+            out.append(DiskIOError(disk, "metadata append", exc))
+            continue
+        if is_fenced(e.app_id, e.shuffle_id, e.epoch):
+            _remove_meta(root, e.app_id, e.shuffle_id)
+            out.append(AppPurgedError("the shuffle was purged; metadata removed"))
+        else:
+            out.append(None)
+    return tuple(out)
+
+
+def _remove_meta(root: str, app_id: str, shuffle_id: int) -> None:
+    path = meta_path(root, app_id, shuffle_id)
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+    for d in (os.path.dirname(path), os.path.dirname(os.path.dirname(path))):
+        try:
+            os.rmdir(d)  # only if empty
+        except OSError:
+            break
 
 
 def _consume(fut: asyncio.Future) -> None:
