@@ -35,6 +35,12 @@ of CPU). Other messages are processed between the slices; none of them changes r
 (a purge drops the shuffle, and an operation still running on it finishes on the detached
 state, whose result nobody can ask for any more).
 
+Durable metadata (``riffle_actors.actors.meta_log``, docs/recovery.md): registerShuffle and
+reportShuffleResult are answered once their record is in the shuffle's metadata log, so a
+restarted server knows the shuffle and answers getShuffleResult* with every id it acknowledged.
+At a restart, ``RestoreApp`` (sent once, right after the start) rebuilds the app from what
+recovery found: registrations, reported ids, the disks of each partition, the lost-block counts.
+
 Supervision: temporary. A crashed AppActor is not restarted (that would hide lost data);
 the AppManager purges it and later calls get NO_REGISTER, so Spark retries the stage. Its
 partition actors are stopped with it. A crashed partition actor (seen through death watch)

@@ -17,7 +17,8 @@ Messages and what the actor does with them:
 - ``ReadPart``: getMemoryShuffleData (in-flight then staging after ``lastBlockId``).
 - ``SpillPart`` / ``FlushPart``: spill staging now (a watermark round, a huge partition) /
   and answer once every batch in flight is on disk (finishShuffle, graceful shutdown).
-- ``SpillCompleted`` (from the SpillDispatcher): drop the batch, ``ReleaseMemory`` its bytes.
+- ``SpillCompleted`` (from the SpillDispatcher): drop the batch, ``ReleaseMemory`` its bytes;
+  the partition's first batch on a disk also queues a ``SEGMENT`` record in the metadata log.
 - ``PurgePart`` (the shuffle's purge): release what it holds, answer waiters, stop.
 
 Memory is exact because this actor is the one that knows what it holds: every byte reaches

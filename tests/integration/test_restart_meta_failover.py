@@ -56,6 +56,8 @@ async def test_a_failing_home_disk_moves_the_metadata_and_a_restart_still_reads_
     srv = await _start(tmp_path, {})
     try:
         assert srv.recovery is not None and srv.recovery.apps == 1 and srv.recovery.lost_blocks == 0
+        # reported to the coordinators with the next heartbeat
+        assert srv.admin is not None and [a.app_id for a in srv.admin.heartbeat_snapshot().apps] == [APP]
         async with UniffleClient(f"127.0.0.1:{srv.grpc_port}") as c:
             assert await c.get_shuffle_result(APP, 0, range(4)) == before
             for p in range(4):
