@@ -20,14 +20,17 @@ event loop.
 
 from __future__ import annotations
 
+import functools
+import operator
 import os
 import re
 import shutil
+import struct
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from riffle_actors.protocol.index import INDEX_RECORD, INDEX_RECORD_SIZE
+from riffle_actors.protocol.index import INDEX_RECORD_SIZE
 from riffle_actors.protocol.shuffle_meta import FILE_HEADER, LogContents, MetaFormatError, decode_log, frame
 
 META_FILE = "shuffle.meta"
@@ -123,6 +126,14 @@ def _scan_meta(path: str, shuffle: ScannedShuffle) -> None:
     shuffle.meta = contents
 
 
+_CHUNK = 1024  # index records decoded per struct call
+
+
+@functools.lru_cache(maxsize=64)
+def _records(n: int) -> struct.Struct:
+    return struct.Struct(">" + "qiiqqq" * n)
+
+
 def _scan_partition(index_path: str, data_path: str) -> ScannedPartition:
     with open(index_path, "rb") as f:
         index = f.read()
@@ -134,17 +145,21 @@ def _scan_partition(index_path: str, data_path: str) -> ScannedPartition:
     whole = len(index) - len(index) % INDEX_RECORD_SIZE
     if whole < len(index):
         repaired.append(f"{index_path}: torn last index record, truncated {len(index) - whole} bytes")
-    ids = array("Q")
-    end = 0
-    good = 0
-    for offset, length, _ulen, _crc, block_id, _task in INDEX_RECORD.iter_unpack(memoryview(index)[:whole]):
-        if offset < 0 or length < 0 or offset + length > data_len or block_id < 0:
-            repaired.append(f"{index_path}: index record {good} points past the data file "
-                            f"({offset}+{length} > {data_len}); it and later ones cut")
-            break
-        ids.append(block_id)
-        end = max(end, offset + length)
-        good += 1
+    n = whole // INDEX_RECORD_SIZE
+    # one C call for every record: (offset, length, uncompress length, crc, block id, task attempt id) * n
+    values: list[int] = []
+    for first in range(0, n, _CHUNK):
+        values.extend(_records(min(_CHUNK, n - first)).unpack_from(index, first * INDEX_RECORD_SIZE))
+    offsets, lengths = values[0::6], values[1::6]
+    ends = list(map(operator.add, offsets, lengths))
+    good = n
+    if n and (max(ends) > data_len or min(offsets) < 0 or min(lengths) < 0 or min(values[4::6]) < 0):
+        good = next(i for i in range(n) if offsets[i] < 0 or lengths[i] < 0 or ends[i] > data_len
+                    or values[6 * i + 4] < 0)
+        repaired.append(f"{index_path}: index record {good} points past the data file "
+                        f"({offsets[good]}+{lengths[good]} > {data_len}); it and later ones cut")
+    ids = array("Q", values[4:6 * good:6])
+    end = max(ends[:good], default=0)
     if good * INDEX_RECORD_SIZE < len(index):
         _truncate(index_path, good * INDEX_RECORD_SIZE)
     if data_len > end and os.path.exists(data_path):

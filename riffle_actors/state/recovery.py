@@ -21,7 +21,6 @@ See also: ``riffle_actors.recovery`` (carries the plan out), ``riffle_actors.pro
 
 from __future__ import annotations
 
-from array import array
 from dataclasses import dataclass, field
 
 from riffle_actors.io.meta_store import DiskScan, ScannedShuffle
@@ -116,30 +115,36 @@ def _build_shuffle(shuffle_id: int, copies: list[tuple[str, ScannedShuffle]], me
                 if rec.disk not in order:
                     order.append(rec.disk)
     partitions: dict[int, RecoveredPartition] = {}
-    on_disk: dict[int, list[array]] = {}
+    on_disk = BlockIdSet()
     for disk, s in copies:  # copies are in data-path order
         for pid, part in s.partitions.items():
             if not part.index_records:
                 continue
-            on_disk.setdefault(pid, []).append(part.block_ids)
+            on_disk.update(part.block_ids)
             p = partitions.get(pid)
             if p is None:
-                p = partitions[pid] = RecoveredPartition((), 0, 0)
+                partitions[pid] = RecoveredPartition((disk,), part.data_bytes, part.index_records)
+                continue
             p.disks = (*p.disks, disk)
             p.data_bytes += part.data_bytes
             p.blocks += part.index_records
-    for pid, p in partitions.items():
-        order = segment_order.get(pid, [])
-        p.disks = tuple(sorted(p.disks, key=lambda d: (order.index(d) if d in order else len(order))))
+            order = segment_order.get(pid, ())
+            p.disks = tuple(sorted(p.disks, key=lambda d: (order.index(d) if d in order else len(order))))
+    # lost: reported, on no disk (block ids are unique across partitions: they carry the partition id)
     lost = 0
     lost_parts = []
-    for pid, ids in reported.items():
-        missing = ids.copy()
-        for arr in on_disk.get(pid, ()):
-            missing.discard_many(arr)
-        if missing:
-            lost += len(missing)
-            lost_parts.append(pid)
+    all_reported = BlockIdSet()
+    for ids in reported.values():
+        all_reported.update(ids)
+    missing_all = all_reported.copy()
+    missing_all.discard_many(on_disk)
+    if missing_all:
+        lost = len(missing_all)
+        for pid, ids in reported.items():
+            missing = ids.copy()
+            missing.discard_many(on_disk)
+            if missing:
+                lost_parts.append(pid)
     return RecoveredShuffle(shuffle_id, ranges, local_order, remote, reported, partitions, lost, tuple(sorted(lost_parts)))
 
 
