@@ -21,6 +21,7 @@ See also: ``riffle_actors.recovery`` (carries the plan out), ``riffle_actors.pro
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 
 from riffle_actors.io.meta_store import DiskScan, ScannedShuffle
@@ -91,6 +92,7 @@ def _build_shuffle(shuffle_id: int, copies: list[tuple[str, ScannedShuffle]], me
     remote = ""
     reported: dict[int, BlockIdSet] = {}
     segment_order: dict[int, list[str]] = {}
+    all_reported_ids = array("Q")
     for _disk, s in metas:
         assert s.meta is not None
         for rec in s.meta.records:
@@ -106,6 +108,7 @@ def _build_shuffle(shuffle_id: int, copies: list[tuple[str, ScannedShuffle]], me
                     app.properties = dict(rec.properties)
             elif isinstance(rec, BlockIdsRecord):
                 for pid, ids in rec.parts:
+                    all_reported_ids.extend(ids)
                     got = reported.get(pid)
                     if got is None:
                         got = reported[pid] = BlockIdSet()
@@ -115,12 +118,13 @@ def _build_shuffle(shuffle_id: int, copies: list[tuple[str, ScannedShuffle]], me
                 if rec.disk not in order:
                     order.append(rec.disk)
     partitions: dict[int, RecoveredPartition] = {}
-    on_disk = BlockIdSet()
+    # one big array, one set at the end: adding to a large 64-bit bitmap call by call costs O(size) each
+    on_disk_ids = array("Q")
     for disk, s in copies:  # copies are in data-path order
         for pid, part in s.partitions.items():
             if not part.index_records:
                 continue
-            on_disk.update(part.block_ids)
+            on_disk_ids.extend(part.block_ids)
             p = partitions.get(pid)
             if p is None:
                 partitions[pid] = RecoveredPartition((disk,), part.data_bytes, part.index_records)
@@ -133,10 +137,8 @@ def _build_shuffle(shuffle_id: int, copies: list[tuple[str, ScannedShuffle]], me
     # lost: reported, on no disk (block ids are unique across partitions: they carry the partition id)
     lost = 0
     lost_parts = []
-    all_reported = BlockIdSet()
-    for ids in reported.values():
-        all_reported.update(ids)
-    missing_all = all_reported.copy()
+    on_disk = BlockIdSet(on_disk_ids)
+    missing_all = BlockIdSet(all_reported_ids)
     missing_all.discard_many(on_disk)
     if missing_all:
         lost = len(missing_all)
