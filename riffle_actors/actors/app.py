@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from array import array
 from collections import deque
 from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
@@ -297,6 +298,8 @@ class AppActor(Supervisor):
     async def on_start(self) -> None:
         await super().on_start()
         self._loop = asyncio.get_running_loop()
+        if self.meta is not None:
+            self.meta.attach(self.app_id, self._reported_records)
 
     def receive(self, msg: AppMsg) -> Any:
         state = self.state
@@ -394,6 +397,12 @@ class AppActor(Supervisor):
             return None
         return self.meta.append(self.app_id, shuffle_id, shuffle.epoch, kind, body)
 
+    def _reported_records(self) -> list[tuple[int, int, bytes]]:
+        """Every id reported so far, one BLOCK_IDS body per shuffle (the metadata log moves to another disk)."""
+        return [(sid, shuffle.epoch,
+                 encode_block_ids([(pid, array("Q", ids)) for pid, ids in shuffle.reported.items()]))
+                for sid, shuffle in self.state.shuffles.items() if shuffle.reported]
+
     async def _report(self, shuffle_id: int, done: Any, sink: list) -> int:
         """A report is answered once its ids are in memory and in the metadata log."""
         new = await done if inspect.isawaitable(done) else done  # the lane finishes a small report at once
@@ -414,6 +423,10 @@ class AppActor(Supervisor):
         for sid, rs in rec.shuffles.items():
             state.register_shuffle(sid, rs.ranges, rs.local_order)
             shuffle = state.shuffles[sid]
+            if self.meta is not None:
+                self.meta.remember_registration(self.app_id, sid, shuffle.epoch, encode_register(
+                    rs.ranges, local_order=rs.local_order, user=rec.user, remote_storage=rs.remote_storage,
+                    properties=tuple(rec.properties.items())))
             shuffle.reported.update(rs.reported)
             shuffle.lost_blocks = rs.lost_blocks
             for pid, rp in rs.partitions.items():

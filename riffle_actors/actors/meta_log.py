@@ -14,8 +14,9 @@ its registration, reports and segment list. ``home`` picks it on first use by ha
 over the disks that take data (the ``DiskHealthBoard``); a recovered app keeps the home its logs
 were found on (``set_home``). When a write fails on the home disk (EIO, EROFS, ENOSPC, a timeout,
 the disk actor restarting), the app moves to another disk: the registrations of its shuffles
-(kept in memory for this) are written there first, then the failed records, so the new file is
-usable on its own; a restart merges the logs of every disk. Only when every disk failed does a
+(kept in memory for this) and every id it reported so far (asked from the AppActor, ``attach``) are
+written there first, then the failed records, so the new file is complete on its own; a restart
+merges the logs of every disk. Only when every disk failed does a
 record's future fail (the client's report gets an error; nothing is acknowledged silently).
 
 See also: ``riffle_actors.protocol.shuffle_meta`` (record format), ``riffle_actors.io.meta_store``
@@ -26,13 +27,13 @@ from __future__ import annotations
 
 import asyncio
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from loguru import logger
 
 from riffle_actors.actors.storage_messages import AppendMeta, AppPurgedError, MetaEntry
 from riffle_actors.errors import InternalError
-from riffle_actors.protocol.shuffle_meta import REGISTER
+from riffle_actors.protocol.shuffle_meta import BLOCK_IDS, REGISTER
 from riffle_actors.runtime import ActorDeadError, ActorRef
 from riffle_actors.state.disk_health import DiskHealthBoard
 
@@ -70,6 +71,8 @@ class ShuffleMetaLog:
         self._homes: dict[str, str] = {}
         # (app, shuffle) -> (epoch, registration bodies): written again on a new home disk
         self._registrations: dict[tuple[str, int], tuple[int, list[bytes]]] = {}
+        # app -> what it reported so far, as BLOCK_IDS bodies per (shuffle, epoch): written on a new home too
+        self._reported: dict[str, Callable[[], list[tuple[int, int, bytes]]]] = {}
         self.records_written = 0
         self.write_failures = 0
         self.moves = 0
@@ -91,11 +94,20 @@ class ShuffleMetaLog:
             names = [n for n in names if self.health.placeable(n)] or names
         return names[zlib.crc32(app_id.encode()) % len(names)]
 
+    def remember_registration(self, app_id: str, shuffle_id: int, epoch: int, body: bytes) -> None:
+        """A registration already on disk (a recovered shuffle): written again if the app moves."""
+        self._registrations[(app_id, shuffle_id)] = (epoch, [body])
+
+    def attach(self, app_id: str, reported: Callable[[], list[tuple[int, int, bytes]]]) -> None:
+        """``reported()``: the app's reported ids, as ``(shuffle id, epoch, BLOCK_IDS body)``, for a move."""
+        self._reported[app_id] = reported
+
     def forget_shuffle(self, app_id: str, shuffle_id: int) -> None:
         self._registrations.pop((app_id, shuffle_id), None)
 
     def forget_app(self, app_id: str) -> None:
         self._homes.pop(app_id, None)
+        self._reported.pop(app_id, None)
         for key in [k for k in self._registrations if k[0] == app_id]:
             del self._registrations[key]
 
@@ -179,6 +191,10 @@ class ShuffleMetaLog:
                     if a == app_id:
                         for body in bodies:
                             self._queue(new, _Pending(a, sid, epoch, REGISTER, body, None, item.tried))
+                # and every id reported so far: the old disk may be gone at the next restart
+                reported = self._reported.get(app_id)
+                for sid, epoch, body in reported() if reported is not None else ():
+                    self._queue(new, _Pending(app_id, sid, epoch, BLOCK_IDS, body, None, item.tried))
             target = self._homes[app_id]
             if target in item.tried:
                 target = self._pick(app_id, item.tried)

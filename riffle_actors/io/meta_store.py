@@ -84,6 +84,7 @@ class ScannedShuffle:
     path: str
     meta: LogContents | None = None  # None: no log on this disk
     meta_problem: str = ""  # an unusable log (bad magic or version, unreadable)
+    meta_mtime_ns: int = 0  # when the log was last written (the newest one is the app's current home)
     partitions: dict[int, ScannedPartition] = field(default_factory=dict)
     repaired: list[str] = field(default_factory=list)
 
@@ -112,6 +113,7 @@ def _scan_meta(path: str, shuffle: ScannedShuffle) -> None:
     try:
         with open(path, "rb") as f:
             buf = f.read()
+            shuffle.meta_mtime_ns = os.fstat(f.fileno()).st_mtime_ns
     except OSError as e:
         shuffle.meta_problem = f"cannot read {path}: {e}"
         return

@@ -163,8 +163,8 @@ def plan_recovery(scans: list[DiskScan]) -> RecoveryPlan:
     for app_id in app_ids:
         found = [(scan.root, scan.apps[app_id]) for scan in scans if app_id in scan.apps]
         shuffle_ids = sorted({sid for _, a in found for sid in a.shuffles})
-        home = ""
-        app = RecoveredApp(app_id, home)
+        app = RecoveredApp(app_id, "")
+        newest = -1
         unusable: list[tuple[int, str]] = []
         for sid in shuffle_ids:
             copies = [(disk, a.shuffles[sid]) for disk, a in found if sid in a.shuffles]
@@ -185,8 +185,9 @@ def plan_recovery(scans: list[DiskScan]) -> RecoveryPlan:
                     problems.extend(f"{s.path}: the metadata log holds no registration" for _, s in metas)
                 unusable.append((sid, "; ".join(problems) or "no metadata log on any data path"))
                 continue
-            if not app.home:
-                app.home = next(d for d, s in reversed(metas) if _registered(s))
+            for disk, s in metas:  # the home: the disk of the most recently written log
+                if s.meta_mtime_ns > newest:
+                    app.home, newest = disk, s.meta_mtime_ns
             app.shuffles[sid] = _build_shuffle(sid, copies, metas, app)
         if not app.shuffles:
             why = "; ".join(f"shuffle {sid}: {w}" for sid, w in unusable) or "no shuffle directory"

@@ -53,7 +53,9 @@ async def test_a_failing_home_disk_moves_the_metadata_and_a_restart_still_reads_
     moved = decode_log(Path(other, APP, "0", "shuffle.meta").read_bytes())
     assert {type(r).__name__ for r in moved.records} >= {"RegisterRecord", "BlockIdsRecord"}
 
-    srv = await _start(tmp_path, {})
+    faulty = {}
+    srv = await _start(tmp_path, faulty)
+    more = [b for p in range(4) for b in make_blocks(p, 2, 1, 900, seq_start=10)]
     try:
         assert srv.recovery is not None and srv.recovery.apps == 1 and srv.recovery.lost_blocks == 0
         # reported to the coordinators with the next heartbeat
@@ -63,5 +65,23 @@ async def test_a_failing_home_disk_moves_the_metadata_and_a_restart_still_reads_
             for p in range(4):
                 got = await c.read_partition(APP, 0, p, set(before), partition_num=4)
                 assert got == {b.block_id: b.data for b in blocks if b.partition_id == p}
+            # the recovered home fails too: the app moves back, with the recovered registration
+            assert srv.meta_log is not None and srv.meta_log.home(APP) == other
+            faulty[other].fail("append_meta", errno.EIO)
+            await c.send_blocks(APP, 0, more)
+            await c.report(APP, 0, 2, more)
+            assert srv.meta_log.home(APP) == home
+            after = await c.get_shuffle_result(APP, 0, range(4))
+            resp = await c.stub.finishShuffle(c.pb.FinishShuffleRequest(appId=APP, shuffleId=0))
+            assert resp.status == 0
+    finally:
+        await stop_server(srv)
+    Path(other, APP, "0", "shuffle.meta").unlink()  # the log on the failed disk is gone
+    srv = await _start(tmp_path, {})
+    try:
+        assert srv.recovery is not None and srv.recovery.apps == 1
+        async with UniffleClient(f"127.0.0.1:{srv.grpc_port}") as c:
+            assert set(await c.get_shuffle_result(APP, 0, range(4))) == set(after) == set(before) | {
+                b.block_id for b in more}
     finally:
         await stop_server(srv)
