@@ -23,6 +23,7 @@ See also: ``docs/recovery.md``.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import time
 from collections.abc import Sequence
@@ -72,7 +73,22 @@ def _remove(removals: Sequence[tuple[str, str]]) -> None:
 
 
 async def recover(disks: Sequence[DiskResources], app_manager: ActorRef) -> RecoveryReport:
-    """Rebuild the apps found under ``disks``; see the module docstring."""
+    """Rebuild the apps found under ``disks``; see the module docstring.
+
+    The cyclic garbage collector is off meanwhile: recovery allocates several objects per partition
+    that all live on, and the full collections they trigger made a 50k-partition recovery 2.5x slower
+    (12.2 s against 4.9 s, ``scripts/bench_restart.py``). Nothing here creates reference cycles.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return await _recover(disks, app_manager)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+async def _recover(disks: Sequence[DiskResources], app_manager: ActorRef) -> RecoveryReport:
     started = time.monotonic()
     loop = asyncio.get_running_loop()
     scans = list(await asyncio.gather(*(_scan(res) for res in disks)))
