@@ -35,7 +35,7 @@ from typing import Any
 from loguru import logger
 
 from riffle_actors.actors.app_manager import AppDirectory, GetHistory, ListApps
-from riffle_actors.actors.heartbeat import DiskSnapshot, HeartbeatSnapshot
+from riffle_actors.actors.heartbeat import AppSnapshot, DiskSnapshot, HeartbeatSnapshot
 from riffle_actors.actors.memory import BudgetReport, GetBudget
 from riffle_actors.actors.spill import GetSpillStats, SpillStats
 from riffle_actors.state.spill_plan import StuckSpill
@@ -233,7 +233,9 @@ class AdminService:
             available_memory=max(0, b.capacity - b.used - b.allocated),
             event_num_in_flush=snap.spill_pending + snap.spill_running,
             is_healthy=snap.healthy and self.escalated() is None, disks=disks,
-            start_time_ms=ident.start_time_ms)
+            start_time_ms=ident.start_time_ms,
+            # the apps this server holds (those rebuilt by a restart's recovery included)
+            apps=tuple(AppSnapshot(app_id=app_id) for app_id in self.directory))
 
     # ------------------------------------------------------------- operator reads and actions
     async def apps(self) -> list[dict[str, Any]]:
@@ -243,6 +245,7 @@ class AdminService:
                  "memory_bytes": i.memory_bytes, "in_flight_bytes": i.in_flight_bytes,
                  "disk_bytes": sum(sh.disk_bytes for sh in i.shuffles.values()),
                  "received_bytes": i.received_bytes,
+                 "recovered": i.recovered, "lost_blocks": i.lost_blocks,
                  "shuffles": {sid: {f: getattr(sh, f) for f in sh.__dataclass_fields__}
                               for sid, sh in i.shuffles.items()}} for i in infos]
 

@@ -43,6 +43,7 @@ from riffle_actors.actors.app_manager import AppDirectory, AppManagerActor, AppM
 from riffle_actors.actors.disk import DiskActor, DiskResources, RetryFailedPurges
 from riffle_actors.actors.disk_monitor import DiskMonitorActor
 from riffle_actors.actors.heartbeat import AnnounceStopping, HeartbeatActor
+from riffle_actors.actors.meta_log import ShuffleMetaLog
 from riffle_actors.actors.memory import AttachAppManager, ExpireTickets, MemoryManagerActor
 from riffle_actors.actors.spill import SpillBacklog, SpillDispatcherActor
 from riffle_actors.actors.storage_messages import RunProbeRound
@@ -55,6 +56,7 @@ from riffle_actors.io.probe_fleet import ProbeFleet
 from riffle_actors.metrics import Metrics
 from riffle_actors.metrics_push import SERVER_JOB, MetricsPusher
 from riffle_actors.netaddr import advertised_ip
+from riffle_actors.recovery import RecoveryReport, recover
 from riffle_actors.runtime import (
     ActorSystem,
     ChildSpec,
@@ -119,6 +121,8 @@ class ShuffleServer:
         self._probe_fn = probe_fn
         self._probe_fleet_factory = probe_fleet_factory or ProbeFleet
         self._disk_resources: dict[str, DiskResources] = {}
+        self.meta_log: ShuffleMetaLog | None = None
+        self.recovery: RecoveryReport | None = None
 
     def _on_escalation(self, exc: BaseException) -> None:
         self.escalated = exc
@@ -163,6 +167,8 @@ class ShuffleServer:
             subscribers=[self.spill], fleet_factory=self._probe_fleet_factory)))
         for res in self._disk_resources.values():
             res.monitor = self.disk_monitor  # Disk actors report IO failures from now on
+        # the durable shuffle metadata (registrations, reported ids, segments) of every app
+        self.meta_log = meta_log = ShuffleMetaLog(self.disks, self.disk_health)
         apps_table = ChildTable()  # the AppActors outlive a crash of their supervisor
         apps_sup = await system.start_child(None, ChildSpec("apps", lambda: Supervisor(
             "apps", max_restarts=1000, within_s=1.0, clock=self.clock, table=apps_table)))
@@ -173,7 +179,8 @@ class ShuffleServer:
                             memory=self.memory, spill=self.spill,
                             single_buffer_spill_bytes=hs.memory_single_buffer_max_spill_size,
                             huge_threshold_bytes=ac.partition_limit_threshold if ac.partition_limit_enable else None,
-                            huge_spill_bytes=ac.huge_partition_memory_single_buffer_max_spill_size)
+                            huge_spill_bytes=ac.huge_partition_memory_single_buffer_max_spill_size,
+                            meta=meta_log)
 
         ledger = AppManagerLedger()
         self.app_manager = await system.start_child(None, ChildSpec("app_manager", lambda: AppManagerActor(
@@ -181,6 +188,10 @@ class ShuffleServer:
             disks=[ref for _, ref in self.disks], clock=self.clock, apps_supervisor=apps_sup, ledger=ledger)))
         holder["app_manager"] = self.app_manager
         await self.memory.tell(AttachAppManager(self.app_manager))
+        # before any port listens: what the data paths hold is served from the first request on
+        self.recovery = rec = await recover(list(self._disk_resources.values()), self.app_manager)
+        self.metrics.on_recovered(seconds=rec.seconds, apps=rec.apps, partitions=rec.partitions,
+                                  lost_blocks=rec.lost_blocks, removed=len(rec.removed))
 
         await self.timer.ask(ScheduleEvery("expire-tickets", float(cfg.memory_store.buffer_ticket_check_interval_sec),
                                            self.memory, ExpireTickets()))
@@ -286,6 +297,11 @@ class ShuffleServer:
                 logger.info("flushed memory to disk before exit")
             except (asyncio.TimeoutError, Exception) as e:  # noqa: BLE001 - shutdown goes on regardless
                 logger.warning("could not flush everything within {}s: {!r}", grace, e)
+        if self.meta_log is not None:  # the segment records of the last spills
+            try:
+                await asyncio.wait_for(self.meta_log.drain(), timeout=max(grace, 1.0))
+            except (asyncio.TimeoutError, Exception) as e:  # noqa: BLE001 - shutdown goes on regardless
+                logger.warning("metadata records not all written: {!r}", e)
         if self._http is not None:
             await self._http.cleanup()
             self._http = None

@@ -17,7 +17,8 @@ Messages and what the actor does with them:
 - ``ReadPart``: getMemoryShuffleData (in-flight then staging after ``lastBlockId``).
 - ``SpillPart`` / ``FlushPart``: spill staging now (a watermark round, a huge partition) /
   and answer once every batch in flight is on disk (finishShuffle, graceful shutdown).
-- ``SpillCompleted`` (from the SpillDispatcher): drop the batch, ``ReleaseMemory`` its bytes.
+- ``SpillCompleted`` (from the SpillDispatcher): drop the batch, ``ReleaseMemory`` its bytes;
+  the partition's first batch on a disk also queues a ``SEGMENT`` record in the metadata log.
 - ``PurgePart`` (the shuffle's purge): release what it holds, answer waiters, stop.
 
 Memory is exact because this actor is the one that knows what it holds: every byte reaches
@@ -46,8 +47,10 @@ from typing import Any
 from loguru import logger
 
 from riffle_actors.actors.memory import CommitTicket, MarkInFlight, ReleaseMemory
+from riffle_actors.actors.meta_log import ShuffleMetaLog
 from riffle_actors.actors.spill import SpillCompleted, SpillJob
 from riffle_actors.errors import InternalError, RiffleError
+from riffle_actors.protocol.shuffle_meta import SEGMENT, encode_segment
 from riffle_actors.records import Block
 from riffle_actors.runtime import Actor, ActorRef
 from riffle_actors.state.partition import PartitionFigures, PartitionState, SpillLimits
@@ -187,6 +190,7 @@ class PartitionContext:
     memory: ActorRef
     spill: ActorRef
     open_sends: set[SendTicket]  # the app's sends not settled yet (the AppActor's registry of them)
+    meta: ShuffleMetaLog | None = None  # the durable metadata log (segment records)
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,7 +344,12 @@ class PartitionActor(Actor):
         ctx = self.ctx
         if (done.epoch, done.shuffle_id, done.partition_id) != (ctx.epoch, ctx.shuffle_id, self.partition_id):
             return  # not ours (cannot happen while jobs carry this actor as reply_to)
+        disks_before = len(self.state.figures.disks)
         released = self.state.complete_spill(done.flight_id, done.disk, done.data_bytes)
+        if ctx.meta is not None and len(self.state.figures.disks) > disks_before:
+            # the partition has files on one more disk: its segment order, for a restarted server
+            ctx.meta.append(ctx.app_id, ctx.shuffle_id, ctx.epoch, SEGMENT,
+                            encode_segment(self.partition_id, self.state.figures.disks[-1]), wait=False)
         if released:
             self._flush_open_sends()
             ctx.memory.tell_nowait(ReleaseMemory(app_id=ctx.app_id, size=released, was_in_flight=True))

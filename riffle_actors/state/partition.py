@@ -66,12 +66,13 @@ class PartitionFigures:
 class PartitionState:
     """One partition's buffer, files and spill decisions; see the module docstring."""
 
-    __slots__ = ("buffer", "figures", "limits", "local_order")
+    __slots__ = ("_base_total", "buffer", "figures", "limits", "local_order")
 
     def __init__(self, figures: PartitionFigures | None = None, limits: SpillLimits = SpillLimits(),
                  local_order: bool = False) -> None:
         self.buffer = PartitionBuffer()
         self.figures = figures if figures is not None else PartitionFigures()
+        self._base_total = self.figures.total_bytes  # received before this state (a restart's recovered bytes)
         self.limits = limits
         self.local_order = local_order
 
@@ -85,7 +86,7 @@ class PartitionState:
         accepted, dropped = self.buffer.append_blocks(blocks)
         f = self.figures
         f.staging_bytes = self.buffer.staging_bytes
-        f.total_bytes = self.buffer.total_bytes
+        f.total_bytes = self._base_total + self.buffer.total_bytes
         became_huge = False
         threshold = self.limits.huge_threshold_bytes
         if not f.huge and threshold is not None and f.total_bytes > threshold:
