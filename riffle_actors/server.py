@@ -38,13 +38,18 @@ from loguru import logger
 
 from riffle_actors import __version__
 from riffle_actors.actors.app import AppActor
-from riffle_actors.actors.app_manager import AppDirectory, AppManagerActor, AppManagerLedger, CheckExpiredApps, \
-    FlushAllApps
+from riffle_actors.actors.app_manager import (
+    AppDirectory,
+    AppManagerActor,
+    AppManagerLedger,
+    CheckExpiredApps,
+    FlushAllApps,
+)
 from riffle_actors.actors.disk import DiskActor, DiskResources, RetryFailedPurges
 from riffle_actors.actors.disk_monitor import DiskMonitorActor
 from riffle_actors.actors.heartbeat import AnnounceStopping, HeartbeatActor
-from riffle_actors.actors.meta_log import ShuffleMetaLog
 from riffle_actors.actors.memory import AttachAppManager, ExpireTickets, MemoryManagerActor
+from riffle_actors.actors.meta_log import ShuffleMetaLog
 from riffle_actors.actors.spill import SpillBacklog, SpillDispatcherActor
 from riffle_actors.actors.storage_messages import RunProbeRound
 from riffle_actors.admin import AdminService, HealthRules, ServerIdentity
