@@ -180,6 +180,10 @@ class Metrics:
                                       registry=r)
         self.oversized_sends = Counter("riffle_server_oversized_sends", "sendShuffleData requests refused "
                                        "because they carried more bytes than their ticket reserved", registry=r)
+        self.spill_tier_choices = Counter(
+            "riffle_spill_tier_choices", "tier chosen per spill attempt and why (store_type with HDFS): reason "
+            "huge_partition, cold_threshold, no_healthy_disk, memory_hdfs, localfile, no_remote_storage; "
+            "hdfs_unhealthy / hdfs_failed are fallbacks to local disk", ["tier", "reason"], registry=r)
         self.snapshot = StateSnapshot()
         r.register(_StateCollector(self))
         self.loop_lag = LoopLagMonitor()  # started and stopped by the server, on its loop
@@ -192,6 +196,9 @@ class Metrics:
         self.spill_total.labels(disk).inc()
         self.spill_bytes.labels(disk).inc(data_bytes)
         self.spill_seconds.labels(disk).observe(seconds)
+
+    def on_tier_choice(self, tier: str, reason: str) -> None:
+        self.spill_tier_choices.labels(tier, reason).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -224,6 +224,7 @@ class ShuffleInfo:
     reported_partitions: int
     disks: tuple[str, ...]
     huge_partitions: int
+    hdfs_bytes: int = 0  # spilled to the HDFS tier (clients read it from HDFS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -546,6 +547,7 @@ class AppActor(Supervisor):
                 reported_partitions=len(sh.reported),
                 disks=tuple(sorted({d for f in figures for d in f.disks})),
                 huge_partitions=sum(1 for f in figures if f.huge),
+                hdfs_bytes=sum(f.hdfs_bytes for f in figures),
             )
         return AppInfo(s.app_id, s.user, s.registered_epoch_ms, s.clock.monotonic() - s.last_seen_monotonic,
                        shuffles, s.partition_count(), staging + in_flight, in_flight, s.received_bytes(),
