@@ -104,6 +104,7 @@ class HdfsStats:
     healthy: bool
     last_error: str
     writes_in_flight: int
+    pending_recoveries: int = 0  # abandoned file pairs whose lease recovery has not finished
 
 
 # ---------------------------------------------------------------------------- resources
@@ -149,6 +150,10 @@ class HdfsResources:
     write_failures: int = 0
     new_file_pairs: int = 0
     files_purged: int = 0
+    # abandoned files (a write to them failed) -> their remote storage: their lease is recovered once
+    # HDFS works again, so the bytes acknowledged before the failure become readable again
+    recoveries: dict[str, RemoteStorage] = field(default_factory=dict)
+    recovering: bool = False
     app_bytes: Counter = field(default_factory=Counter)        # app -> bytes written to HDFS
     app_fallbacks: Counter = field(default_factory=Counter)    # app -> batches sent local after HDFS failed
     _pool: ThreadPoolExecutor | None = None
@@ -230,7 +235,8 @@ class HdfsWriterActor(Actor):
                 r = self.res
                 return HdfsStats(len(r.remotes), r.written_bytes, r.writes, r.write_failures, r.new_file_pairs,
                                  r.files_purged, r.health.healthy(self.system.clock.monotonic()),
-                                 r.health.last_error, sum(len(s) for s in r.inflight.values()))
+                                 r.health.last_error, sum(len(s) for s in r.inflight.values()),
+                                 len(r.recoveries))
             case _:
                 raise TypeError(f"unexpected message {msg!r}")
 
@@ -279,6 +285,8 @@ class HdfsWriterActor(Actor):
                         res.written_bytes += data_len
                         res.writes += 1
                         res.app_bytes[msg.app_id] += data_len
+                        if res.recoveries and not res.recovering:
+                            self.spawn(self._recover())  # HDFS works again: close the abandoned files
                         return HdfsWritten(pair.data, offset, slot.data_len)
                     raise HdfsWriteError(f"no free file name for {pair.data} after {_MAX_NAME_PROBES} tries")
                 except RiffleError:
@@ -289,12 +297,33 @@ class HdfsWriterActor(Actor):
                                          f"{msg.shuffle_id}/{msg.partition_id} failed: {e!r}") from e
                 finally:
                     if not ok and slot.created:
-                        # the pair may be leased, half written or still written by a stuck thread
+                        # the pair may be leased, half written or still written by a stuck thread: it is
+                        # never written again, and its lease is recovered (the acknowledged part of the
+                        # data file is not readable while the failed append keeps its last block open)
+                        res.recoveries[pair.data] = res.recoveries[pair.index] = remote
                         slot.retry += 1
                         slot.created = False
                         slot.data_len = 0
                         res.new_file_pairs += 1
                     pf.free.append(slot.index)
+
+    async def _recover(self) -> None:
+        res = self.res
+        res.recovering = True
+        loop = asyncio.get_running_loop()
+        try:
+            for path, remote in list(res.recoveries.items()):
+                try:
+                    done = await asyncio.wait_for(loop.run_in_executor(
+                        res.pool, _recover_lease, res.io, remote, path), res.write_timeout_s * 2)
+                except Exception as e:  # noqa: BLE001 - tried again after the next successful write
+                    logger.warning("HDFS lease recovery of {} failed: {!r}", path, e)
+                    return
+                if done:
+                    res.recoveries.pop(path, None)
+                    logger.info("HDFS file {} closed by lease recovery after a failed write", path)
+        finally:
+            res.recovering = False
 
     async def _purge(self, msg: PurgeFiles) -> int:
         res = self.res
@@ -311,6 +340,11 @@ class HdfsWriterActor(Actor):
             for key in [k for k in res.partitions if k[0] == msg.app_id and k[1] == msg.shuffle_id]:
                 del res.partitions[key]
             remote = res.remotes.get(msg.app_id)
+        if remote is not None:
+            directory_prefix = (app_dir(remote.base, msg.app_id) if msg.shuffle_id is None
+                                else shuffle_dir(remote.base, msg.app_id, msg.shuffle_id)) + "/"
+            for path in [p for p in res.recoveries if p.startswith(directory_prefix)]:
+                del res.recoveries[path]
         if remote is None or not res.server_id:
             return 0
         directory = (app_dir(remote.base, msg.app_id) if msg.shuffle_id is None
@@ -333,6 +367,10 @@ def _append(io: HdfsIO, remote: RemoteStorage, pair, data, index: bytes, create:
         return False
     io.append_pair(client, pair, data, index, create)
     return True
+
+
+def _recover_lease(io: HdfsIO, remote: RemoteStorage, path: str) -> bool:
+    return io.recover_lease(io.client(remote.fs_url, remote.conf), path)
 
 
 def _remove(io: HdfsIO, remote: RemoteStorage, directory: str, prefix: str) -> int:

@@ -13,7 +13,9 @@ whose ``append_pair`` fails on demand. It does not cover: file names
 
 from __future__ import annotations
 
+import io
 import threading
+import time
 from collections.abc import Iterable, Mapping
 
 from riffle_actors.protocol.hdfs_layout import FilePair
@@ -58,25 +60,38 @@ class HdfsIO:
         Creating refuses to overwrite (``FileExistsError``-like errors come from hdfs-native as
         ``FileExistsError`` or ``OSError``); the caller then moves to the next retry suffix.
         """
+        self._write_file(client, pair.data, data, create)
+        self._write_file(client, pair.index, (index,), create)
+
+    def _write_file(self, client, path: str, chunks: Iterable[bytes | memoryview], create: bool) -> None:
         if create:
             opts = hdfs_native.WriteOptions(overwrite=False, create_parent=True, replication=self.replication)
-            w = client.create(pair.data, opts)
+            w = client.create(path, opts)
         else:
-            w = client.append(pair.data)
+            w = client.append(path)
         try:
-            for chunk in data:
+            for chunk in chunks:
                 w.write(chunk)
         finally:
-            w.close()
-        if create:
-            opts = hdfs_native.WriteOptions(overwrite=False, create_parent=True, replication=self.replication)
-            w = client.create(pair.index, opts)
-        else:
-            w = client.append(pair.index)
-        try:
-            w.write(index)
-        finally:
-            w.close()
+            try:
+                w.close()  # completes the file on the NameNode; blocks (here, on a writer thread)
+            finally:
+                # hdfs-native's FileWriter.close does not mark the object closed, so io.IOBase.__del__
+                # would call it again when the object is collected, in whatever thread does that, the
+                # event loop's included, and block it on a dead NameNode. Mark it closed ourselves.
+                io.RawIOBase.close(w)
+
+    def recover_lease(self, client, path: str, attempts: int = 60, pause_s: float = 0.5) -> bool:
+        """Close ``path`` for good after a failed write (HDFS lease recovery), so readers see its
+        acknowledged bytes again; True once closed (or gone), False if still recovering."""
+        for _ in range(attempts):
+            try:
+                if client.recover_lease(path):
+                    return True
+            except FileNotFoundError:
+                return True
+            time.sleep(pause_s)
+        return False
 
     def exists(self, client, path: str) -> bool:
         try:
