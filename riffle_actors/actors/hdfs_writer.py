@@ -260,13 +260,15 @@ class HdfsWriterActor(Actor):
             async with pf.sem:
                 slot = pf.slots[pf.free.pop()]
                 ok = False
+                pair = None  # the pair an append was started on
                 try:
                     for _ in range(_MAX_NAME_PROBES):
                         if res.is_fenced(msg.app_id, msg.shuffle_id, msg.epoch):
                             raise AppPurgedError(f"app {msg.app_id} shuffle {msg.shuffle_id} was purged")
-                        pair = file_pair(remote.base, msg.app_id, msg.shuffle_id, msg.partition_id, res.server_id,
-                                         slot.index, slot.retry)
+                        candidate = file_pair(remote.base, msg.app_id, msg.shuffle_id, msg.partition_id,
+                                              res.server_id, slot.index, slot.retry)
                         index_bytes, data_len = build_index(msg.blocks, slot.data_len)
+                        pair = candidate
                         fut = loop.run_in_executor(res.pool, _append, res.io, remote, pair,
                                                    [b.data for b in msg.blocks], index_bytes, not slot.created)
                         try:
@@ -277,6 +279,7 @@ class HdfsWriterActor(Actor):
                                                f"(hdfs_store.write_timeout_sec)") from None
                         if not written:  # the names are taken (an earlier run of this server id)
                             slot.retry += 1
+                            pair = None
                             continue
                         offset = slot.data_len
                         slot.created = True
@@ -288,7 +291,7 @@ class HdfsWriterActor(Actor):
                         if res.recoveries and not res.recovering:
                             self.spawn(self._recover())  # HDFS works again: close the abandoned files
                         return HdfsWritten(pair.data, offset, slot.data_len)
-                    raise HdfsWriteError(f"no free file name for {pair.data} after {_MAX_NAME_PROBES} tries")
+                    raise HdfsWriteError(f"no free file name for {candidate.data} after {_MAX_NAME_PROBES} tries")
                 except RiffleError:
                     raise
                 except Exception as e:  # noqa: BLE001 - any client error: the batch goes elsewhere
@@ -296,7 +299,7 @@ class HdfsWriterActor(Actor):
                     raise HdfsWriteError(f"HDFS write of {len(msg.blocks)} blocks of {msg.app_id}/"
                                          f"{msg.shuffle_id}/{msg.partition_id} failed: {e!r}") from e
                 finally:
-                    if not ok and slot.created:
+                    if not ok and pair is not None:
                         # the pair may be leased, half written or still written by a stuck thread: it is
                         # never written again, and its lease is recovered (the acknowledged part of the
                         # data file is not readable while the failed append keeps its last block open)
@@ -419,7 +422,9 @@ class HdfsSpillRoute:
             await self.writer.ask(HdfsWrite(app_id=job.app_id, shuffle_id=job.shuffle_id,
                                             partition_id=job.partition_id, blocks=job.blocks, epoch=job.epoch))
         except AppPurgedError:
-            raise
+            # purged meanwhile: not an HDFS fault. The dispatcher's next step drops the batch (the disks
+            # are fenced too, and the owner is gone)
+            return False
         except (HdfsWriteError, ActorDeadError, Exception) as e:  # noqa: BLE001 - the batch goes local
             self.res.health.failed(self.clock.monotonic(), str(e))
             self.res.app_fallbacks[job.app_id] += 1

@@ -15,6 +15,7 @@ import threading
 
 import pytest
 
+from riffle_actors.actors.app_manager import FlushAllApps
 from riffle_actors.actors.hdfs_writer import GetHdfsStats
 from riffle_actors.io.hdfs import HdfsIO
 from riffle_actors.server import ShuffleServer
@@ -70,6 +71,12 @@ async def read_back(srv, client, remote, written):
         n_local += len(local)
         n_hdfs += len(set(got) - set(local))
     return n_local, n_hdfs
+
+
+async def flush(srv):
+    """Spill everything still in memory (as finishShuffle / a graceful stop do) and wait until it landed."""
+    await srv.app_manager.ask(FlushAllApps())
+    await poll_until(lambda: srv.budget.used == 0, 120, message="memory not empty after a flush")
 
 
 def choices(srv, reason):
@@ -129,13 +136,13 @@ async def test_every_local_disk_quarantined_spills_continue_to_hdfs(tmp_path, hd
     async with UniffleClient(f"127.0.0.1:{srv.grpc_port}") as client:
         await client.register_shuffle(APP, 0, PARTITIONS, remote_storage=remote)
         await send_rounds(client, 4, written)  # below the cold threshold (none): local disks
-        await poll_until(lambda: srv.budget.used == 0, 60)
+        await flush(srv)
         assert (await srv.hdfs.ask(GetHdfsStats())).writes == 0
         for io in srv.faulty.values():
             io.fail("append_batch", errno.EROFS)  # read-only file systems: quarantined at once
         await send_rounds(client, 8, written, start=4)
         await poll_until(lambda: not srv.disk_health.placeable_disks(), 60, message="disks not quarantined")
-        await poll_until(lambda: srv.budget.used == 0, 60, message="spills did not continue to HDFS")
+        await flush(srv)  # with no disk to take them, the spills continue to HDFS
         assert (await srv.hdfs.ask(GetHdfsStats())).writes > 0
         assert choices(srv, "no_healthy_disk") > 0
         n_local, n_hdfs = await read_back(srv, client, remote, written)
@@ -152,6 +159,7 @@ class StuckOnceHdfsIO(HdfsIO):
         self.go = threading.Event()
 
     def arm(self):
+        self.stuck, self.go = threading.Event(), threading.Event()
         self.armed = True
 
     def release(self):
@@ -171,7 +179,7 @@ async def test_stuck_or_crashed_writer_loses_nothing_and_is_restarted(tmp_path, 
     cfg = fault_config(tmp_path, store_type="MEMORY_LOCALFILE_HDFS",
                        hybrid_store={"memory_single_buffer_max_spill_size": "128K",
                                      "memory_spill_to_cold_threshold_size": 0},
-                       hdfs_store={"write_timeout_sec": 2, "unhealthy_retry_interval_sec": 0,
+                       hdfs_store={"write_timeout_sec": 8, "unhealthy_retry_interval_sec": 0,
                                    "partition_write_max_concurrency": 1})
     srv = ShuffleServer(cfg, hdfs_io=io)
     await srv.start()
@@ -180,21 +188,30 @@ async def test_stuck_or_crashed_writer_loses_nothing_and_is_restarted(tmp_path, 
         async with UniffleClient(f"127.0.0.1:{srv.grpc_port}") as client:
             await client.register_shuffle(APP, 0, PARTITIONS, remote_storage=remote)
             await send_rounds(client, 2, written)
-            await poll_until(lambda: srv.budget.used == 0, 60)
+            await flush(srv)
+            first = await srv.hdfs.ask(GetHdfsStats())
+            assert first.writes == 2 and first.write_failures == 0, first  # one file pair per partition
             # a stuck HDFS call: the write times out, the batch goes local, its file pair is abandoned
             io.arm()
             await send_rounds(client, 2, written, start=2)
-            await poll_until(lambda: srv.budget.used == 0, 60)
+            await flush(srv)
             assert io.stuck.is_set()
             stats = await srv.hdfs.ask(GetHdfsStats())
             assert stats.write_failures >= 1 and stats.new_file_pairs >= 1
             io.release()
-            # a crash of the writer actor: its supervisor restarts it, pending writes go local
-            cell_before = srv.hdfs.is_alive
+            # the writer actor crashes while it holds a batch: its supervisor restarts it, the batch
+            # (still in memory) goes to local disk
+            io.arm()
+            await send_rounds(client, 2, written, start=4)
+            flushing = asyncio.ensure_future(flush(srv))
+            await poll_until(io.stuck.is_set, 30, message="no HDFS write in flight")
             await srv.hdfs.tell("not a message")  # TypeError in receive: the actor crashes
-            await send_rounds(client, 3, written, start=4)
-            await poll_until(lambda: srv.budget.used == 0, 60)
-            assert cell_before and srv.hdfs.is_alive
+            await flushing
+            io.release()
+            assert srv.hdfs.is_alive, "the supervisor restarted the writer"
+            # the restarted writer writes again
+            await send_rounds(client, 2, written, start=6)
+            await flush(srv)
             assert (await srv.hdfs.ask(GetHdfsStats())).writes > stats.writes, "restarted writer writes again"
             n_local, n_hdfs = await read_back(srv, client, remote, written)
             assert n_local + n_hdfs == len(written) and n_local > 0 and n_hdfs > 0
