@@ -21,7 +21,15 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(?:i?b)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
@@ -108,6 +116,33 @@ BindAddress = Annotated[str, BeforeValidator(parse_bind_address)]
 def is_wildcard(address: str) -> bool:
     """True for the all-interfaces addresses ``0.0.0.0`` and ``::``."""
     return ipaddress.ip_address(address).is_unspecified
+
+
+class MetricsConfig(StrictModel):
+    """``[metrics]`` (Riffle's keys): optional push of the daemon's metrics to a Prometheus Pushgateway.
+
+    ``/metrics`` stays scrapeable either way; the push only adds a copy every ``push_interval_sec``.
+    """
+
+    push_gateway_endpoint: str | None = Field(
+        None, description="Pushgateway base URL (e.g. http://pushgateway:9091); unset = no push")
+    push_interval_sec: int = Field(10, ge=1, description="seconds between two pushes")
+    labels: dict[str, str] = Field(default_factory=dict, description="extra grouping labels of the push")
+
+    @field_validator("push_gateway_endpoint", mode="after")
+    @classmethod
+    def _check_endpoint(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError(f"{value!r} is not an http(s):// URL such as http://pushgateway:9091")
+        return value
+
+    @field_validator("labels", mode="after")
+    @classmethod
+    def _check_labels(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not re.match(r"^[a-zA-Z_][a-zA-Z0-9_]*$", key):
+                raise ValueError(f"label name {key!r} is not a Prometheus label name")
+        return value
 
 
 class AdminConfig(StrictModel):
@@ -312,6 +347,7 @@ class ServerConfig(StrictModel):
     app_config: AppConfig = Field(default_factory=AppConfig)
     health: HealthConfig = Field(default_factory=HealthConfig)
     log: LogConfig = Field(default_factory=LogConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
 
     @model_validator(mode="after")
     def _check(self) -> ServerConfig:

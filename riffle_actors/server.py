@@ -13,8 +13,9 @@ the transports that call them (gRPC, HTTP, the coordinator client of the heartbe
       app_manager        AppManagerActor (permanent)
       heartbeat          HeartbeatActor, when coordinator_quorum is set
 
-Shutdown (SIGTERM): stop taking RPCs (gRPC grace period), spill what is in memory within
-``grace_period_sec``, then stop every actor; exit code 0.
+Shutdown (SIGTERM): tell every coordinator that this server is stopping (a DECOMMISSIONED
+heartbeat, so it gets no new apps), stop taking RPCs (gRPC grace period), spill what is in memory
+within ``grace_period_sec``, then stop every actor; exit code 0.
 
 Disk health: a ``DiskHealthBoard`` owned by the DiskMonitor (probes out of process, IO failures
 reported by the Disk actors) decides which disks take data; the SpillDispatcher, the service's
@@ -41,7 +42,7 @@ from riffle_actors.actors.app_manager import AppDirectory, AppManagerActor, Chec
 from riffle_actors.actors.disk import DiskActor, DiskResources
 from riffle_actors.actors.disk_monitor import DiskMonitorActor
 from riffle_actors.actors.hdfs_writer import HdfsResources, HdfsSpillRoute, HdfsWriterActor
-from riffle_actors.actors.heartbeat import HeartbeatActor
+from riffle_actors.actors.heartbeat import AnnounceStopping, HeartbeatActor
 from riffle_actors.actors.memory import AttachAppManager, ExpireTickets, MemoryManagerActor
 from riffle_actors.actors.spill import SpillDispatcherActor
 from riffle_actors.actors.storage_messages import RunProbeRound
@@ -53,6 +54,7 @@ from riffle_actors.io.malloc import tune_malloc
 from riffle_actors.io.probe import ProbeFn, probe_disk
 from riffle_actors.io.probe_fleet import ProbeFleet
 from riffle_actors.metrics import Metrics
+from riffle_actors.metrics_push import SERVER_JOB, MetricsPusher
 from riffle_actors.netaddr import advertised_ip
 from riffle_actors.runtime import (
     ActorSystem,
@@ -72,6 +74,9 @@ from riffle_actors.transport.coordinator_client import GrpcCoordinatorLink
 from riffle_actors.transport.grpc_server import ShuffleServerServicer, start_grpc_server
 from riffle_actors.transport.http_server import start_http_server
 from riffle_actors.transport.urpc_server import UrpcServer
+
+#: How long a graceful stop waits for the coordinators to take the "stopping" heartbeat.
+ANNOUNCE_TIMEOUT_S = 2.0
 
 
 class ShuffleServer:
@@ -96,8 +101,10 @@ class ShuffleServer:
         self._grpc = None
         self._http = None
         self._refresher: asyncio.Task | None = None
+        self._pusher_task: asyncio.Task | None = None
         self._stopped = False
         self.app_manager = None
+        self.heartbeat = None
         self.admin: AdminService | None = None
         self.ip = "127.0.0.1"
         self.server_id = ""
@@ -224,10 +231,21 @@ class ShuffleServer:
             self.urpc_port = await self._urpc.start(cfg.urpc_bind_address, cfg.urpc_port)
         self._http, self.http_port = await start_http_server(self.admin, cfg.http_bind_address, cfg.http_port)
         await self._start_heartbeat(self.admin)
+        self._start_metrics_push(self.admin)
         logger.info("riffle-server {} listening: grpc {}:{} http {}:{}{}, memory {} bytes, data paths {}",
                     __version__, cfg.grpc_bind_address, self.grpc_port, cfg.http_bind_address, self.http_port,
                     f" urpc {cfg.urpc_bind_address}:{self.urpc_port}" if self._urpc else "",
                     cfg.memory_store.capacity, cfg.localfile_store.data_paths)
+
+    def _start_metrics_push(self, admin: AdminService) -> None:
+        """``[metrics] push_gateway_endpoint``: push to a Pushgateway as Riffle does (job ``uniffle-worker``,
+        labels ``worker_id`` and ``version``)."""
+        if not self.cfg.metrics.push_gateway_endpoint:
+            return
+        pusher = MetricsPusher(self.cfg.metrics, registry=self.metrics.registry, job=SERVER_JOB,
+                               grouping={"worker_id": self.server_id, "version": __version__},
+                               refresh=admin.refresh_snapshot, clock=self.clock)
+        self._pusher_task = asyncio.get_running_loop().create_task(pusher.run(), name="metrics-push")
 
     async def _start_heartbeat(self, admin: AdminService) -> None:
         if self.cfg.coordinator_quorum:
@@ -249,6 +267,16 @@ class ShuffleServer:
             self.cfg.coordinator_quorum, interval, admin.heartbeat_snapshot, clock=self.clock,
             connect=GrpcCoordinatorLink)))
 
+    async def _announce_stop(self) -> None:
+        """Tell every coordinator at once that this server is leaving (bounded: ANNOUNCE_TIMEOUT_S)."""
+        if self.heartbeat is None:
+            return
+        try:
+            await asyncio.wait_for(self.heartbeat.ask(AnnounceStopping(timeout_s=ANNOUNCE_TIMEOUT_S)),
+                                   timeout=ANNOUNCE_TIMEOUT_S + 1.0)
+        except Exception as e:  # noqa: BLE001 - the stop goes on; the heartbeat timeout still applies
+            logger.warning("could not announce the stop to the coordinators: {!r}", e)
+
     async def stop(self, grace_s: float | None = None) -> None:
         """Stop serving, flush memory within the grace period, stop every actor. Idempotent."""
         if self._stopped:
@@ -256,9 +284,13 @@ class ShuffleServer:
         self._stopped = True
         self.metrics.loop_lag.stop()
         grace = self.cfg.grace_period_sec if grace_s is None else grace_s
+        await self._announce_stop()
         if self._refresher is not None:
             self._refresher.cancel()
             self._refresher = None
+        if self._pusher_task is not None:  # [metrics] push_gateway_endpoint
+            self._pusher_task.cancel()
+            self._pusher_task = None
         if self._grpc is not None:
             await self._grpc.stop(min(grace, 5.0))
             self._grpc = None

@@ -61,6 +61,24 @@ else
     log "RIFFLE_E2E_SKIP_PIP=1: Python packages untouched"
 fi
 
+# ---------------------------------------------------------------- status page and metrics tests
+# Debian's chromium (tests/browser: the coordinator's status page in a headless browser) and
+# prometheus-pushgateway (tests/ctl/test_metrics.py: the [metrics] push). Skipped when present.
+status_page_pkgs=()
+command -v chromium >/dev/null 2>&1 || status_page_pkgs+=(chromium)
+command -v prometheus-pushgateway >/dev/null 2>&1 || status_page_pkgs+=(prometheus-pushgateway)
+if (( ${#status_page_pkgs[@]} == 0 )); then
+    log "chromium and prometheus-pushgateway already installed (skipped)"
+elif command -v apt-get >/dev/null 2>&1 && [[ "$(id -u)" == 0 ]]; then
+    log "installing ${status_page_pkgs[*]} (Debian packages)"
+    s=$SECONDS
+    apt_install() { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null; }
+    apt_install "${status_page_pkgs[@]}" || { apt-get update -qq >/dev/null && apt_install "${status_page_pkgs[@]}"; }
+    log "installed ${status_page_pkgs[*]} in $((SECONDS - s)) s"
+else
+    log "WARNING: cannot install ${status_page_pkgs[*]} (needs root and apt-get); the browser and push tests will be skipped"
+fi
+
 # ---------------------------------------------------------------- Java / Maven
 if ! command -v java >/dev/null 2>&1; then
     log "WARNING: java not found; the e2e tests will be skipped"
