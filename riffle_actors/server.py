@@ -68,8 +68,8 @@ from riffle_actors.runtime import (
 from riffle_actors.service import ShuffleService
 from riffle_actors.state.budget import MemoryBudget
 from riffle_actors.state.disk_health import DiskHealthBoard, HealthPolicy
-from riffle_actors.state.tier_policy import HdfsHealth, TierRules
 from riffle_actors.state.tickets import TicketBook
+from riffle_actors.state.tier_policy import HdfsHealth, TierRules
 from riffle_actors.transport.coordinator_client import GrpcCoordinatorLink
 from riffle_actors.transport.grpc_server import ShuffleServerServicer, start_grpc_server
 from riffle_actors.transport.http_server import start_http_server

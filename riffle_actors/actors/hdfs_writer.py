@@ -294,7 +294,7 @@ class HdfsWriterActor(Actor):
                     raise HdfsWriteError(f"no free file name for {candidate.data} after {_MAX_NAME_PROBES} tries")
                 except RiffleError:
                     raise
-                except Exception as e:  # noqa: BLE001 - any client error: the batch goes elsewhere
+                except Exception as e:  # any client error (re-raised as HdfsWriteError): the batch goes elsewhere
                     res.write_failures += 1
                     raise HdfsWriteError(f"HDFS write of {len(msg.blocks)} blocks of {msg.app_id}/"
                                          f"{msg.shuffle_id}/{msg.partition_id} failed: {e!r}") from e

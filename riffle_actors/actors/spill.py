@@ -49,9 +49,9 @@ from riffle_actors.runtime import Clock, SystemClock
 from riffle_actors.log import RateLimitedLog
 from riffle_actors.records import Block
 from riffle_actors.state.disk_health import DiskHealthBoard
-from riffle_actors.state.tier_policy import HDFS_TIER
 from riffle_actors.state.spill_plan import BatchKey, SpillAttempt, SpillPlan, SpillQueue, SpillRetryPolicy, \
     StuckSpill, WaitFor
+from riffle_actors.state.tier_policy import HDFS_TIER
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -67,7 +67,7 @@ class TierRules:
 class HdfsHealth:
     """HDFS's verdict: healthy until a write fails, then unhealthy for ``retry_after_s``."""
 
-    __slots__ = ("consecutive_failures", "failures_total", "last_error", "unhealthy_until", "retry_after_s")
+    __slots__ = ("consecutive_failures", "failures_total", "last_error", "retry_after_s", "unhealthy_until")
 
     def __init__(self, retry_after_s: float = 30.0):
         self.retry_after_s = retry_after_s

@@ -54,14 +54,11 @@ class MiniHdfs:
         base_dir.mkdir(parents=True, exist_ok=True)
         log_path = base_dir / "minihdfs.log"
         cp = os.pathsep.join([str(HDFS_CACHE / "*"), str(HDFS_CACHE / "classes")])
-        log = open(log_path, "w")
-        try:
+        with open(log_path, "w") as log:  # the JVM keeps its own descriptor of the log
             proc = subprocess.Popen(
                 ["java", "-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", cp, "MiniHdfs",
                  str(base_dir / "dfs"), str(datanodes)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1)
-        finally:
-            log.close()
         hdfs = cls(proc, log_path)
         try:
             line = hdfs._expect(lambda s: s.startswith("NAMENODE "), timeout, "the NameNode URI")
