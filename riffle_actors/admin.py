@@ -135,7 +135,9 @@ class AdminService:
     def __init__(self, *, clock: Clock, metrics: Metrics, system: ActorSystem, budget: MemoryBudget,
                  directory: AppDirectory, memory: ActorRef, spill: ActorRef, app_manager: ActorRef,
                  disk_monitor: ActorRef, disks: Sequence[tuple[str, ActorRef]], disk_health: DiskHealthBoard,
-                 rules: HealthRules, escalated: Callable[[], BaseException | None]):
+                 rules: HealthRules, escalated: Callable[[], BaseException | None],
+                 hdfs_app_fallbacks: Callable[[str], int] | None = None):
+        self.hdfs_app_fallbacks = hdfs_app_fallbacks  # app -> spills sent local after HDFS failed (HDFS tier)
         self.clock = clock
         self.metrics = metrics
         self.system = system
@@ -244,6 +246,8 @@ class AdminService:
                  "idle_s": round(i.idle_s, 3), "partition_count": i.partition_count,
                  "memory_bytes": i.memory_bytes, "in_flight_bytes": i.in_flight_bytes,
                  "disk_bytes": sum(sh.disk_bytes for sh in i.shuffles.values()),
+                 "hdfs_bytes": sum(sh.hdfs_bytes for sh in i.shuffles.values()),
+                 **({"hdfs_fallbacks": self.hdfs_app_fallbacks(i.app_id)} if self.hdfs_app_fallbacks else {}),
                  "received_bytes": i.received_bytes,
                  "recovered": i.recovered, "lost_blocks": i.lost_blocks,
                  "shuffles": {sid: {f: getattr(sh, f) for f in sh.__dataclass_fields__}

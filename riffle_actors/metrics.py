@@ -190,6 +190,10 @@ class Metrics:
             "memory when the server died); per app in /apps", registry=r)
         self.recovery_removed = Counter("riffle_recovery_removed_paths", "directories the restart recovery "
                                         "removed (no usable metadata)", registry=r)
+        self.spill_tier_choices = Counter(
+            "riffle_spill_tier_choices", "tier chosen per spill attempt and why (store_type with HDFS): reason "
+            "huge_partition, cold_threshold, no_healthy_disk, memory_hdfs, localfile, no_remote_storage; "
+            "hdfs_unhealthy / hdfs_failed are fallbacks to local disk", ["tier", "reason"], registry=r)
         self.snapshot = StateSnapshot()
         r.register(_StateCollector(self))
         self.loop_lag = LoopLagMonitor()  # started and stopped by the server, on its loop
@@ -209,6 +213,9 @@ class Metrics:
         self.recovery_partitions.set(partitions)
         self.recovery_lost_blocks.inc(lost_blocks)
         self.recovery_removed.inc(removed)
+
+    def on_tier_choice(self, tier: str, reason: str) -> None:
+        self.spill_tier_choices.labels(tier, reason).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

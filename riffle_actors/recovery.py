@@ -34,6 +34,7 @@ from loguru import logger
 from riffle_actors.actors.app import RestoreApp
 from riffle_actors.actors.app_manager import GetOrCreateApp, check_app_id
 from riffle_actors.actors.disk import DiskResources
+from riffle_actors.actors.hdfs_writer import RegisterRemoteStorage
 from riffle_actors.errors import RiffleError
 from riffle_actors.io.meta_store import DiskScan, remove_tree, scan_root
 from riffle_actors.runtime import ActorRef
@@ -72,7 +73,8 @@ def _remove(removals: Sequence[tuple[str, str]]) -> None:
         remove_tree(path)
 
 
-async def recover(disks: Sequence[DiskResources], app_manager: ActorRef) -> RecoveryReport:
+async def recover(disks: Sequence[DiskResources], app_manager: ActorRef, hdfs: ActorRef | None = None
+                  ) -> RecoveryReport:
     """Rebuild the apps found under ``disks``; see the module docstring.
 
     The cyclic garbage collector is off meanwhile: recovery allocates several objects per partition
@@ -82,13 +84,13 @@ async def recover(disks: Sequence[DiskResources], app_manager: ActorRef) -> Reco
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return await _recover(disks, app_manager)
+        return await _recover(disks, app_manager, hdfs)
     finally:
         if was_enabled:
             gc.enable()
 
 
-async def _recover(disks: Sequence[DiskResources], app_manager: ActorRef) -> RecoveryReport:
+async def _recover(disks: Sequence[DiskResources], app_manager: ActorRef, hdfs: ActorRef | None) -> RecoveryReport:
     started = time.monotonic()
     loop = asyncio.get_running_loop()
     scans = list(await asyncio.gather(*(_scan(res) for res in disks)))
@@ -119,6 +121,11 @@ async def _recover(disks: Sequence[DiskResources], app_manager: ActorRef) -> Rec
     for app in apps:
         ref = await app_manager.ask(GetOrCreateApp(app.app_id))
         await ref.ask(RestoreApp(app))
+        remote = next((s.remote_storage for s in app.shuffles.values() if s.remote_storage), "")
+        if remote and hdfs is not None:
+            # the HDFS writer learns where the app's files are again: its later spills and its purge
+            # reach them (the Hadoop conf items of the registration are not kept: the path must do)
+            await hdfs.ask(RegisterRemoteStorage(app.app_id, remote, ()))
         report.apps += 1
         report.shuffles += len(app.shuffles)
         report.partitions += app.partitions

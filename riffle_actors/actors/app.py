@@ -118,6 +118,7 @@ class RegisterShuffle:
     local_order: bool
     user: str = ""
     properties: tuple[tuple[str, str], ...] = ()
+    remote_storage: str = ""  # registerShuffle's remoteStorage path (kept in the metadata log)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -243,6 +244,7 @@ class ShuffleInfo:
     disks: tuple[str, ...]
     huge_partitions: int
     lost_blocks: int = 0  # reported blocks lost by the last restart (only in memory when it died)
+    hdfs_bytes: int = 0  # spilled to the HDFS tier (clients read it from HDFS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,7 +337,7 @@ class AppActor(Supervisor):
                 # answered once the registration is on disk: a restarted server knows the shuffle
                 return self._write_meta(msg.shuffle_id, REGISTER, encode_register(
                     msg.ranges, local_order=msg.local_order, user=state.user,
-                    properties=tuple(state.properties.items())))
+                    remote_storage=msg.remote_storage, properties=tuple(state.properties.items())))
             case RestoreApp(recovered=rec):
                 self._restore(rec)
                 return None
@@ -643,6 +645,7 @@ class AppActor(Supervisor):
                 disks=tuple(sorted({d for f in figures for d in f.disks})),
                 huge_partitions=sum(1 for f in figures if f.huge),
                 lost_blocks=sh.lost_blocks,
+                hdfs_bytes=sum(f.hdfs_bytes for f in figures),
             )
         return AppInfo(s.app_id, s.user, s.registered_epoch_ms, s.clock.monotonic() - s.last_seen_monotonic,
                        shuffles, s.partition_count(), staging + in_flight, in_flight, s.received_bytes(),

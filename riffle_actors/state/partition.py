@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 
 from riffle_actors.records import Block
 from riffle_actors.state.buffer import Flight, PartitionBuffer
+from riffle_actors.state.tier_policy import HDFS_TIER
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +45,7 @@ class SpillLimits:
 class PartitionFigures:
     """One partition's line in its app's size table; written by its ``PartitionState`` only."""
 
-    __slots__ = ("disk_bytes", "disks", "huge", "in_flight_bytes", "staging_bytes", "total_bytes")
+    __slots__ = ("disk_bytes", "disks", "hdfs_bytes", "huge", "in_flight_bytes", "staging_bytes", "total_bytes")
 
     def __init__(self) -> None:
         self.staging_bytes = 0
@@ -52,6 +53,7 @@ class PartitionFigures:
         self.total_bytes = 0  # every byte ever accepted, memory or disk
         self.disk_bytes = 0  # block bytes acknowledged on disk
         self.disks: tuple[str, ...] = ()  # where the spilled files live, first use first
+        self.hdfs_bytes = 0  # block bytes acknowledged on HDFS (read by clients from HDFS, never here)
         self.huge = False
 
     @property
@@ -118,7 +120,9 @@ class PartitionState:
         if not released:
             return 0  # not (or no longer) in flight: acknowledged already
         f = self.figures
-        if disk is not None:
+        if disk == HDFS_TIER:
+            f.hdfs_bytes += data_bytes
+        elif disk is not None:
             if disk not in f.disks:
                 f.disks = (*f.disks, disk)
             f.disk_bytes += data_bytes

@@ -7,7 +7,8 @@ already). Output (``plan_recovery``): a ``RecoveryPlan`` with
   LOCAL_ORDER, user, properties, remote storage), the reported block ids per partition, the
   disks holding each partition's segments (in the order the segment records name them, then
   any other disk holding files) and the home disk holding its metadata logs;
-- the **lost** blocks per shuffle: reported block ids that no index on any disk names. They
+- the **lost** blocks per shuffle: reported block ids that no index on any disk names (except
+  in partitions with a segment on the HDFS tier: clients read those blocks from HDFS). They
   were acknowledged and only in memory when the process died (a SIGKILL); after a graceful
   stop there are none. They are counted, never hidden;
 - ``removals``: ``(path, reason)`` for every shuffle directory with no usable metadata (no log,
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 from riffle_actors.io.meta_store import DiskScan, ScannedShuffle
 from riffle_actors.protocol.bitmap import BlockIdSet
 from riffle_actors.protocol.shuffle_meta import BlockIdsRecord, RegisterRecord, SegmentRecord
+from riffle_actors.state.tier_policy import HDFS_TIER
 
 
 @dataclass(slots=True)
@@ -141,12 +143,16 @@ def _build_shuffle(shuffle_id: int, copies: list[tuple[str, ScannedShuffle]], me
     missing_all = BlockIdSet(all_reported_ids)
     missing_all.discard_many(on_disk)
     if missing_all:
-        lost = len(missing_all)
+        # a partition with a segment on the HDFS tier has blocks no local index names; clients read
+        # those from HDFS themselves, so they are not lost (and not checked here)
+        on_hdfs = {pid for pid, order in segment_order.items() if HDFS_TIER in order}
+        lost = 0
         for pid, ids in reported.items():
             missing = ids.copy()
             missing.discard_many(on_disk)
-            if missing:
+            if missing and pid not in on_hdfs:
                 lost_parts.append(pid)
+                lost += len(missing)
     return RecoveredShuffle(shuffle_id, ranges, local_order, remote, reported, partitions, lost, tuple(sorted(lost_parts)))
 
 

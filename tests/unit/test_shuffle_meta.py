@@ -30,6 +30,7 @@ from riffle_actors.protocol.shuffle_meta import (
 )
 from riffle_actors.records import Block
 from riffle_actors.state.recovery import plan_recovery
+from riffle_actors.state.tier_policy import HDFS_TIER
 
 
 def _log(*records: tuple[int, bytes]) -> bytes:
@@ -181,6 +182,22 @@ def test_plan_counts_lost_blocks_and_orders_segments(tmp_path: Path) -> None:
     assert s.partitions[1].disks == (d2, d1)  # the segment records' order, not the data paths'
     assert s.lost_blocks == 1 and s.lost_partitions == (1,)  # block 3 was reported, never spilled
     assert sorted(s.reported[1]) == [1, 2, 3]
+
+
+def test_blocks_of_a_partition_with_an_hdfs_segment_are_not_counted_lost(tmp_path: Path) -> None:
+    d1 = str(tmp_path / "d1")
+    meta_store.append_meta(d1, "app", 0, [
+        (REGISTER, encode_register([(0, 9)], remote_storage="hdfs://nn:8020/rss")),
+        (BLOCK_IDS, encode_block_ids([(1, [1, 2]), (2, [7, 8])])),
+        (SEGMENT, encode_segment(1, d1)), (SEGMENT, encode_segment(2, HDFS_TIER)),
+    ])
+    append_batch(d1, "app", 0, 1, _blocks(1, [1]))
+    append_batch(d1, "app", 0, 2, _blocks(2, [7]))
+    (app,) = plan_recovery([meta_store.scan_root(d1)]).apps
+    s = app.shuffles[0]
+    # partition 2's block 8 went to HDFS (clients read it there); partition 1's block 2 is lost
+    assert s.lost_blocks == 1 and s.lost_partitions == (1,)
+    assert s.remote_storage == "hdfs://nn:8020/rss"
 
 
 def test_plan_removes_what_has_no_usable_metadata(tmp_path: Path) -> None:
