@@ -235,6 +235,11 @@ class HybridStoreConfig(StrictModel):
         "128M", description="a partition buffer above this size is spilled on its own; unset = never"
     )
     memory_spill_max_concurrency: int = Field(8, ge=1, description="spills in flight across all disks")
+    memory_spill_to_cold_threshold_size: ByteSize | None = Field(
+        None, description="a spill batch larger than this goes to HDFS (store_type with HDFS); unset = by size never")
+    huge_partition_memory_spill_to_hdfs_threshold_size: ByteSize | None = Field(
+        None, description="a huge partition's spill batch larger than this goes to HDFS (store_type with HDFS; "
+                          "needs app_config.partition_limit_enable); unset = huge partitions stay local")
 
     @model_validator(mode="after")
     def _check(self) -> HybridStoreConfig:
@@ -242,6 +247,26 @@ class HybridStoreConfig(StrictModel):
             raise FieldProblem("memory_spill_low_watermark",
                                "memory_spill_low_watermark must be below memory_spill_high_watermark")
         return self
+
+
+class HdfsStoreConfig(StrictModel):
+    """``[hdfs_store]``: the HDFS tier's writers (store_type MEMORY_LOCALFILE_HDFS or MEMORY_HDFS).
+
+    Where the files go is not configured here: each app's client sends its remote storage path
+    (and Hadoop conf items) in registerShuffle, from the coordinator's ``[remote_storage]``.
+    """
+
+    max_concurrency: int = Field(50, ge=1, le=1024, description="HDFS writes in flight over the server "
+                                                                "(also the writer thread count)")
+    partition_write_max_concurrency: int = Field(
+        20, ge=1, le=1024, description="HDFS writes in flight for one partition, each to its own file pair "
+                                       "<serverId>_<i>_<retry>")
+    write_timeout_sec: float = Field(120.0, gt=0, description="an HDFS write not done in time fails (the batch "
+                                                              "goes to local disk, its file pair is abandoned)")
+    unhealthy_retry_interval_sec: float = Field(
+        30.0, ge=0, description="after a failed HDFS write, spills skip HDFS this long (they go to local disk)")
+    replication: int | None = Field(None, ge=1, le=32, description="replication of new HDFS files; "
+                                                                   "unset = the NameNode's default")
 
 
 class AppConfig(StrictModel):
@@ -322,6 +347,7 @@ class ServerConfig(StrictModel):
     memory_store: MemoryStoreConfig = Field(default_factory=MemoryStoreConfig)
     localfile_store: LocalfileStoreConfig = Field(default_factory=LocalfileStoreConfig)
     hybrid_store: HybridStoreConfig = Field(default_factory=HybridStoreConfig)
+    hdfs_store: HdfsStoreConfig = Field(default_factory=HdfsStoreConfig)
     urpc_config: UrpcConfig = Field(default_factory=UrpcConfig)
     app_config: AppConfig = Field(default_factory=AppConfig)
     health: HealthConfig = Field(default_factory=HealthConfig)
@@ -330,8 +356,9 @@ class ServerConfig(StrictModel):
 
     @model_validator(mode="after")
     def _check(self) -> ServerConfig:
-        if self.store_type.has_hdfs:
-            raise FieldProblem("store_type", f"{self.store_type.value} needs the HDFS tier, which is not built yet")
+        if not self.store_type.has_localfile and self.localfile_store.data_paths:
+            raise FieldProblem("localfile_store.data_paths", f"store_type {self.store_type.value} has no local "
+                                                             f"tier; remove the data paths or use MEMORY_LOCALFILE_HDFS")
         if self.store_type.has_localfile and not self.localfile_store.data_paths:
             raise FieldProblem("localfile_store.data_paths", f"store_type {self.store_type.value} needs at least one")
         for entry in self.coordinator_quorum:

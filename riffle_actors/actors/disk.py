@@ -40,6 +40,7 @@ See also: ``riffle_actors.io.localfile`` (the blocking operations), ``riffle_act
 from __future__ import annotations
 
 import asyncio
+import os
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -48,6 +49,7 @@ from functools import partial
 from loguru import logger
 
 from riffle_actors.actors.storage_messages import (
+    AppendMeta,
     AppPurgedError,
     DiskInfo,
     DiskIOError,
@@ -62,6 +64,7 @@ from riffle_actors.actors.storage_messages import (
 )
 from riffle_actors.errors import RiffleError
 from riffle_actors.io.local import LOCAL_IO, LocalIO
+from riffle_actors.io.meta_store import meta_path
 from riffle_actors.runtime import Actor, ActorRef
 
 _FENCE_LIMIT = 10_000
@@ -92,6 +95,7 @@ class DiskResources:
     failed_purges: set[str] = field(default_factory=set)
     _writer: ThreadPoolExecutor | None = None
     _reader: ThreadPoolExecutor | None = None
+    _meta: ThreadPoolExecutor | None = None
 
     @property
     def writer(self) -> ThreadPoolExecutor:
@@ -105,12 +109,19 @@ class DiskResources:
             self._reader = ThreadPoolExecutor(self.read_threads, thread_name_prefix=f"disk-r-{self.name}")
         return self._reader
 
+    @property
+    def meta(self) -> ThreadPoolExecutor:
+        """The metadata log's own thread: a report never waits behind a big (or hung) spill write."""
+        if self._meta is None:
+            self._meta = ThreadPoolExecutor(1, thread_name_prefix=f"disk-m-{self.name}")
+        return self._meta
+
     def close(self) -> None:
         """Stop taking work; never waits (a thread may be stuck in the kernel on a dying disk)."""
-        for pool in (self._writer, self._reader):
+        for pool in (self._writer, self._reader, self._meta):
             if pool is not None:
                 pool.shutdown(wait=False, cancel_futures=True)
-        self._writer = self._reader = None
+        self._writer = self._reader = self._meta = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +129,8 @@ class RetryFailedPurges:
     """Told by the timer: delete again the apps whose purge failed on this disk (usually none)."""
 
 
-DiskMsg = WriteBatch | ReadIndex | ReadData | PurgeFiles | UnfenceApp | GetDiskInfo | RetryFailedPurges
+DiskMsg = (WriteBatch | ReadIndex | ReadData | PurgeFiles | UnfenceApp | GetDiskInfo | RetryFailedPurges
+           | AppendMeta)
 
 
 class DiskActor(Actor):
@@ -181,6 +193,13 @@ class DiskActor(Actor):
                 if self.res.failed_purges:
                     self._retry_failed_purges(skip=msg.app_id)
                 return self._wrap("purge", self._submit_purge(msg.app_id, msg.shuffle_id))
+            case AppendMeta(entries=entries):
+                # on the metadata thread; fences are checked now (mailbox order with the purges) and
+                # again on the thread before and after the write (see _append_meta)
+                todo = [None if self._is_fenced(e.app_id, e.shuffle_id, e.epoch) else e for e in entries]
+                return self._wrap("metadata append", loop.run_in_executor(
+                    self.res.meta, _append_meta, self.res.local_io, self.root, self.disk_name, todo,
+                    self._is_fenced))
             case UnfenceApp(app_id=app_id):
                 # late spills of the purged incarnation are dropped by the SpillDispatcher (their
                 # owner is dead); writes queued after this message belong to the new incarnation
@@ -269,6 +288,44 @@ def _purge_done(res: DiskResources, app_id: str, fut: asyncio.Future) -> None:
         res.failed_purges.add(app_id)
     else:
         res.failed_purges.discard(app_id)
+
+
+def _append_meta(local_io: LocalIO, root: str, disk: str, entries: list, is_fenced) -> tuple:
+    """On the metadata thread: each entry's records (None: fenced); per entry None or its exception.
+
+    A purge sets its fence on the event loop before its ``rmtree`` runs on the writer thread, so an
+    append that finds no fence before writing but one after may have raced the ``rmtree``: it removes
+    what it wrote (the file and the directories it left empty).
+    """
+    out: list[BaseException | None] = []
+    for e in entries:
+        if e is None or is_fenced(e.app_id, e.shuffle_id, e.epoch):
+            out.append(AppPurgedError("the shuffle was purged; metadata not written"))
+            continue
+        try:
+            local_io.append_meta(root, e.app_id, e.shuffle_id, e.records)
+        except OSError as exc:
+            out.append(DiskIOError(disk, "metadata append", exc))
+            continue
+        if is_fenced(e.app_id, e.shuffle_id, e.epoch):
+            _remove_meta(root, e.app_id, e.shuffle_id)
+            out.append(AppPurgedError("the shuffle was purged; metadata removed"))
+        else:
+            out.append(None)
+    return tuple(out)
+
+
+def _remove_meta(root: str, app_id: str, shuffle_id: int) -> None:
+    path = meta_path(root, app_id, shuffle_id)
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+    for d in (os.path.dirname(path), os.path.dirname(os.path.dirname(path))):
+        try:
+            os.rmdir(d)  # only if empty
+        except OSError:
+            break
 
 
 def _consume(fut: asyncio.Future) -> None:

@@ -51,6 +51,7 @@ from riffle_actors.records import Block
 from riffle_actors.state.disk_health import DiskHealthBoard
 from riffle_actors.state.spill_plan import BatchKey, SpillAttempt, SpillPlan, SpillQueue, SpillRetryPolicy, \
     StuckSpill, WaitFor
+from riffle_actors.state.tier_policy import HDFS_TIER
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,6 +64,7 @@ class SpillJob:
     preferred_disk: str | None
     reply_to: ActorRef
     epoch: int = 0  # incarnation of the shuffle (``ShuffleState.epoch``), echoed in SpillCompleted
+    huge: bool = False  # the partition is huge (the HDFS tier policy may send it to HDFS)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -140,7 +142,8 @@ class SpillDispatcherActor(Actor):
 
     def __init__(self, disks: dict[str, ActorRef], *, max_concurrency: int = 8, clock: Clock | None = None,
                  on_spilled=None, on_spill_failed=None, health: DiskHealthBoard,
-                 retry: SpillRetryPolicy | None = None, backlog: SpillBacklog | None = None):
+                 retry: SpillRetryPolicy | None = None, backlog: SpillBacklog | None = None, hdfs=None):
+        self.hdfs = hdfs  # an HdfsSpillRoute (riffle_actors.actors.hdfs_writer) when store_type has HDFS
         self.disks = disks  # name -> DiskActor ref, in data_paths order
         self.health = health
         self.clock = clock or SystemClock()
@@ -221,6 +224,9 @@ class SpillDispatcherActor(Actor):
                     # the owning app was purged: its data is not wanted, and must not reach the files
                     # of a later app registered with the same id
                     return None
+                if self.hdfs is not None and await self.hdfs.try_spill(job, len(self.healthy_disks())):
+                    self.stats.completed += 1
+                    return HDFS_TIER  # the HDFS tier acknowledged it (else: local disks, below)
                 step = self.plan.next_step(attempt, self.healthy_disks())
                 if isinstance(step, WaitFor):
                     if step.no_disk:
