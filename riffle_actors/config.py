@@ -181,6 +181,10 @@ class LocalfileStoreConfig(StrictModel):
                                 "moves to another disk); the blocked thread is left to finish")
     disk_write_threads: int = Field(1, ge=1, le=16, description="writer threads per disk (appends stay ordered)")
     disk_read_threads: int = Field(2, ge=1, le=32, description="reader threads per disk")
+    direct_io_append_enable: bool = Field(
+        True, description="spill appends bypass the page cache (O_DIRECT from aligned buffers; the unaligned "
+                          "tail is rewritten by the next append); a file system that refuses O_DIRECT gets "
+                          "buffered appends, with the reason logged")
 
     @model_validator(mode="after")
     def _check(self) -> LocalfileStoreConfig:

@@ -46,7 +46,7 @@ from riffle_actors.actors.spill import SpillDispatcherActor
 from riffle_actors.actors.storage_messages import RunProbeRound
 from riffle_actors.admin import AdminService, HealthRules, ServerIdentity
 from riffle_actors.config import ServerConfig, load_config
-from riffle_actors.io.local import LOCAL_IO, LocalIO
+from riffle_actors.io.local import LocalIO, RealLocalIO
 from riffle_actors.io.malloc import tune_malloc
 from riffle_actors.io.probe import ProbeFn, probe_disk
 from riffle_actors.io.probe_fleet import ProbeFleet
@@ -126,10 +126,11 @@ class ShuffleServer:
         self.storage = storage
         self.disks = []
         ls = cfg.localfile_store
+        real_io = RealLocalIO(direct_io=ls.direct_io_append_enable)
         for path in ls.data_paths:
             # created once per disk: threads, IO layer and fences survive Disk actor restarts
             res = self._disk_resources[path] = DiskResources(
-                path, path, local_io=self._local_io_factory(path, path) if self._local_io_factory else LOCAL_IO,
+                path, path, local_io=self._local_io_factory(path, path) if self._local_io_factory else real_io,
                 write_threads=ls.disk_write_threads, read_threads=ls.disk_read_threads,
                 io_timeout_s=ls.disk_io_timeout_sec)
             spec = ChildSpec(f"disk:{path}", lambda p=path, r=res: DiskActor(p, p, resources=r))

@@ -96,14 +96,20 @@ class LocalIO(Protocol):
 
 
 class RealLocalIO:
-    """``LocalIO`` backed by the real file system (``riffle_actors.io.localfile``)."""
+    """``LocalIO`` backed by the real file system (``riffle_actors.io.localfile``).
+
+    ``direct_io``: spill appends use O_DIRECT where the file system allows it
+    (``localfile_store.direct_io_append_enable``; see ``localfile``)."""
+
+    def __init__(self, direct_io: bool = False):
+        self.direct_io = direct_io
 
     def ensure_root(self, root: str) -> None:
         localfile.ensure_root(root)
 
     def append_batch(self, root: str, app_id: str, shuffle_id: int, partition_id: int,
                      blocks: Sequence[Block]) -> tuple[int, int]:
-        return localfile.append_batch(root, app_id, shuffle_id, partition_id, blocks)
+        return localfile.append_batch(root, app_id, shuffle_id, partition_id, blocks, direct=self.direct_io)
 
     def read_index(self, root: str, app_id: str, shuffle_id: int, partition_id: int) -> tuple[bytes, int]:
         return localfile.read_index(root, app_id, shuffle_id, partition_id)
@@ -120,4 +126,4 @@ class RealLocalIO:
 
 
 LOCAL_IO: LocalIO = RealLocalIO()
-"""The production ``LocalIO``; stateless, shared by every Disk actor."""
+"""A buffered-IO ``LocalIO``; stateless, shareable (the server builds its own from the config)."""
