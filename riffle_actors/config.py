@@ -257,6 +257,12 @@ class UrpcConfig(StrictModel):
     max_requests_per_connection: int = Field(
         64, ge=1, le=4096, description="requests of one connection in progress at once; above it the "
                                        "connection stops reading until replies are sent")
+    sendfile_enable: bool = Field(
+        True, description="GetLocalShuffleData replies go from the data file to the socket with sendfile (no "
+                          "copy through the server process) when the connection has nothing else queued; "
+                          "false: read into memory, then write")
+    sendfile_stall_timeout_sec: float = Field(
+        60.0, gt=0, description="a sendfile reply the client does not read for this long closes the connection")
 
 
 class ServerConfig(StrictModel):

@@ -195,7 +195,8 @@ class ShuffleServer:
             self._urpc = UrpcServer(self.service, self.metrics, max_frame_bytes=cfg.grpc_max_message_size,
                                     max_connections=uc.max_connections, max_inflight_bytes=uc.max_inflight_bytes,
                                     max_requests_per_connection=uc.max_requests_per_connection,
-                                    index_v2=uc.get_index_rpc_version == "V2")
+                                    index_v2=uc.get_index_rpc_version == "V2", sendfile=uc.sendfile_enable,
+                                    sendfile_stall_s=uc.sendfile_stall_timeout_sec)
             self.urpc_port = await self._urpc.start(cfg.urpc_bind_address, cfg.urpc_port)
         self._http, self.http_port = await start_http_server(self.admin, cfg.http_bind_address, cfg.http_port)
         await self._start_heartbeat(self.admin)

@@ -88,6 +88,11 @@ class LocalIO(Protocol):
     def read_data(self, root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int,
                   length: int) -> bytes: ...
 
+    def open_data(self, root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int,
+                  length: int) -> localfile.DataFile:
+        """The data file opened at the range (for ``sendfile``); the caller closes the descriptor."""
+        ...
+
     def remove_app(self, root: str, app_id: str, shuffle_id: int | None = None) -> None: ...
 
     def usage(self, root: str) -> tuple[int, int]:
@@ -117,6 +122,10 @@ class RealLocalIO:
     def read_data(self, root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int,
                   length: int) -> bytes:
         return localfile.read_data(root, app_id, shuffle_id, partition_id, offset, length)
+
+    def open_data(self, root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int,
+                  length: int) -> localfile.DataFile:
+        return localfile.open_data(root, app_id, shuffle_id, partition_id, offset, length)
 
     def remove_app(self, root: str, app_id: str, shuffle_id: int | None = None) -> None:
         localfile.remove_app(root, app_id, shuffle_id)

@@ -32,6 +32,7 @@ import shutil
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from loguru import logger
 
@@ -246,6 +247,27 @@ def read_data(root: str, app_id: str, shuffle_id: int, partition_id: int, offset
         return parts[0] if len(parts) == 1 else b"".join(parts)
     finally:
         os.close(fd)
+
+
+class DataFile(NamedTuple):
+    """An open data file holding ``length`` bytes at ``offset``; the receiver closes ``fd``."""
+
+    fd: int
+    offset: int
+    length: int
+
+
+def open_data(root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int, length: int) -> DataFile:
+    """The data file opened for reading ``length`` bytes at ``offset`` (checked to be there), or ``OSError``."""
+    data_path, _ = partition_paths(root, app_id, shuffle_id, partition_id)
+    fd = os.open(data_path, os.O_RDONLY)
+    try:
+        if os.fstat(fd).st_size < offset + length:
+            raise OSError(errno.ENODATA, f"data file {data_path} ends before offset {offset + length}")
+    except BaseException:
+        os.close(fd)
+        raise
+    return DataFile(fd, offset, length)
 
 
 def remove_app(root: str, app_id: str, shuffle_id: int | None = None) -> None:
