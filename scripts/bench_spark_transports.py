@@ -24,11 +24,12 @@ read the load average printed with each run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
-import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,7 +41,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.e2e import conftest as e2e  # noqa: E402 - the e2e harness's cluster and Spark settings
+from tests.e2e import conftest as e2e
 
 _SAMPLE = re.compile(r'^(riffle_server_rpc_total|riffle_server_rpc_duration_seconds_sum)\{([^}]*)\} (\S+)')
 
@@ -68,6 +69,25 @@ def cpu_of(pids: list[int]) -> float:
     return total
 
 
+def spark_tree_cpu(proc: subprocess.Popen, deadline: float) -> float:
+    """CPU seconds of the Spark driver process and its descendants (the JVM), sampled every 0.5 s until
+    it exits (the last half second of each process is not seen)."""
+    import psutil
+
+    seen: dict[int, float] = {}
+    root = psutil.Process(proc.pid)
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            for p in [root, *root.children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):
+                    c = p.cpu_times()
+                    seen[p.pid] = c.user + c.system
+        except psutil.Error:
+            pass
+        time.sleep(0.5)
+    return sum(seen.values())
+
+
 def spark_conf(run_dir: Path, jar: Path, cluster, client_type: str) -> dict[str, str]:
     local_dir = run_dir / "spark-local"
     local_dir.mkdir(parents=True)
@@ -93,15 +113,18 @@ def run_once(root: Path, n: int, jar: Path, cluster, client_type: str, partition
     servers = [s.proc.pid for s in cluster.servers]
     before = [scrape(h) for h in cluster.server_http]
     cpu0, coord0 = cpu_of(servers), cpu_of([cluster.coordinator.proc.pid])
-    child0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     load = os.getloadavg()[0]
     t = time.monotonic()
     with open(run_dir / "driver.log", "wb") as log:
-        rc = subprocess.run([sys.executable, str(e2e.JOB_SCRIPT), "--spec", str(run_dir / "spec.json")], cwd=run_dir,
-                            env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            timeout=900, check=False).returncode
+        proc = subprocess.Popen([sys.executable, str(e2e.JOB_SCRIPT), "--spec", str(run_dir / "spec.json")],
+                                cwd=run_dir, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        try:
+            spark_cpu = spark_tree_cpu(proc, deadline=t + 900)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            rc = proc.wait()
     wall = time.monotonic() - t
-    child1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu1, coord1 = cpu_of(servers), cpu_of([cluster.coordinator.proc.pid])
     after = [scrape(h) for h in cluster.server_http]
     result = json.loads((run_dir / "result.json").read_text())
@@ -116,7 +139,7 @@ def run_once(root: Path, n: int, jar: Path, cluster, client_type: str, partition
     return {"client": client_type, "wall_s": wall, "load": load, "startup_s": result.get("startup_s"),
             "job_s": job["seconds"], "stop_s": result.get("stop_s"), "server_cpu_s": cpu1 - cpu0,
             "coordinator_cpu_s": coord1 - coord0,
-            "spark_cpu_s": (child1.ru_utime + child1.ru_stime) - (child0.ru_utime + child0.ru_stime),
+            "spark_cpu_s": spark_cpu,
             "stages": job.get("spark_shuffle", {}).get("stage_detail", []),
             "rpcs": {k: v for k, v in rpcs.items() if v[0] > 0}, "checks": job.get("checks", {})}
 
@@ -128,6 +151,7 @@ def report(runs: list[dict]) -> None:
         print(f"{i:4} {r['client']:11} {r['load']:5.2f} {r['wall_s']:6.1f} {r['startup_s'] or 0:7.1f} {r['job_s']:6.1f} "
               f"{r['stop_s'] or 0:6.1f} {r['server_cpu_s']:12.2f} {r['coordinator_cpu_s']:11.2f} "
               f"{r['spark_cpu_s']:11.1f} {sum(v[0] for v in r['rpcs'].values()):6.0f}")
+    print("(Spark CPU: the driver JVM, which runs the tasks with local[2], and its Python process)")
     print("\nstages of the job (per run): stage, tasks, wall s, task run s, task CPU s, shuffle write s, "
           "shuffle fetch wait s")
     for i, r in enumerate(runs):
@@ -144,8 +168,7 @@ def report(runs: list[dict]) -> None:
     print("\nmedians:")
     for client, rs in by.items():
         def med(key, rs=rs):
-            values = sorted(x[key] for x in rs)
-            return values[len(values) // 2]
+            return statistics.median(x[key] for x in rs)
         print(f"  {client:11} job {med('job_s'):.1f} s, app {med('wall_s'):.1f} s, server CPU {med('server_cpu_s'):.2f} s, "
               f"Spark CPU {med('spark_cpu_s'):.1f} s over {len(rs)} runs")
 

@@ -62,6 +62,7 @@ from concurrent.futures import ThreadPoolExecutor
 from loguru import logger
 
 from riffle_actors.errors import RiffleError, StatusCode, to_status
+from riffle_actors.io.localfile import DataFile
 from riffle_actors.log import RateLimitedLog
 from riffle_actors.metrics import Metrics
 from riffle_actors.protocol.errors import ProtocolError
@@ -76,8 +77,8 @@ from riffle_actors.protocol.urpc import (
     MessageType,
     SendShuffleData,
     decode_header,
-    detach_partitions,
     decode_request,
+    detach_partitions,
     encode_data_response,
     encode_index_response,
     encode_memory_response,
@@ -85,7 +86,6 @@ from riffle_actors.protocol.urpc import (
     encode_sorted_response,
     peek_request_id,
 )
-from riffle_actors.io.localfile import DataFile
 from riffle_actors.service import ShuffleService
 from riffle_actors.transport.listen import create_tcp_server
 
