@@ -55,6 +55,7 @@ import asyncio
 import errno
 import os
 import select
+import socket
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -365,8 +366,20 @@ class UrpcConnection(asyncio.BufferedProtocol):
 
     def close(self) -> None:
         self._closed = True
+        if self._file_busy:
+            self._shutdown_socket()  # a send-pool thread waiting on this socket gives up at once
         if self.transport is not None:
             self.transport.close()
+
+    def _shutdown_socket(self) -> None:
+        fd = self._socket_fd()
+        if fd < 0:
+            return
+        try:
+            with socket.socket(fileno=os.dup(fd)) as sock:
+                sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
     def _pause(self, reason: str) -> None:
         if not self._paused and self.transport is not None and not self._closed:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
+import sys
+import threading
 from collections.abc import AsyncIterator
 
 import pytest
@@ -22,6 +24,7 @@ from riffle_actors.protocol.proto import uniffle_pb2 as pb
 from riffle_actors.records import Block
 from riffle_actors.server import ShuffleServer
 from riffle_actors.transport.listen import ListenError
+from tests.conftest import stop_server
 from tests.helpers import poll_until, wait_server_clean
 from tests.helpers.client import UniffleClient, assert_read_matches, make_blocks, require_size
 from tests.helpers.urpc_client import UrpcClient, UrpcConnection
@@ -233,6 +236,38 @@ async def test_a_client_that_stops_reading_holds_its_sendfile_reply_until_it_rea
         await purge_and_check_clean(srv, c)
     finally:
         await c.close()
+
+
+async def test_stopping_the_server_ends_a_sendfile_stuck_on_a_client_that_reads_nothing(server_factory) -> None:
+    srv = await server_factory(**URPC, memory_store={"capacity": "16M"},
+                               hybrid_store={"memory_single_buffer_max_spill_size": "1K"})
+    c = await UrpcClient(f"127.0.0.1:{srv.grpc_port}", srv.urpc_port).connect()
+    sock = socket.create_connection(("127.0.0.1", srv.urpc_port))
+    try:
+        data = await _spilled_partition(srv, c, count=100, size=60_000)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
+        sock.sendall(urpc.encode_get_local_data(7, APP, 0, 0, 0, len(data)))
+        await poll_until(lambda: srv._urpc.sendfile_replies == 1, message="no sendfile reply started")
+
+        def senders() -> list[threading.Thread]:
+            return [t for t in threading.enumerate() if t.name.startswith("urpc-sendfile")]
+
+        assert senders()
+        await c.close()
+        await stop_server(srv)  # the stall timeout is 60 s: only the socket's shutdown can end it this soon
+        await poll_until(lambda: not any(t.is_alive() and _busy(t) for t in senders()),
+                         message="a send-pool thread is still blocked on the socket")
+    finally:
+        sock.close()
+
+
+def _busy(thread: threading.Thread) -> bool:
+    frame = sys._current_frames().get(thread.ident)
+    while frame is not None:
+        if frame.f_code.co_name == "_send_frame":
+            return True
+        frame = frame.f_back
+    return False
 
 
 # ---------------------------------------------------------------------------- error statuses, typed replies
