@@ -129,8 +129,9 @@ def run_once(root: Path, n: int, jar: Path, cluster, client_type: str, partition
     after = [scrape(h) for h in cluster.server_http]
     result = json.loads((run_dir / "result.json").read_text())
     job = result["jobs"]["many_partitions"]
-    if rc != 0 or "error" in job:
-        raise SystemExit(f"{client_type} run failed (exit {rc}): {job.get('error', '')[:2000]}\n"
+    failed = {k: v for k, v in job.get("checks", {}).items() if not v[0]}
+    if rc != 0 or "error" in job or failed:
+        raise SystemExit(f"{client_type} run failed (exit {rc}, failed checks {failed}): {job.get('error', '')[:2000]}\n"
                          f"see {run_dir / 'driver.log'}")
     rpcs: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
     for b, a in zip(before, after):
