@@ -35,7 +35,7 @@ from typing import Any
 from loguru import logger
 
 from riffle_actors.actors.app_manager import AppDirectory, GetHistory, ListApps
-from riffle_actors.actors.heartbeat import DiskSnapshot, HeartbeatSnapshot
+from riffle_actors.actors.heartbeat import AppSnapshot, DiskSnapshot, HeartbeatSnapshot
 from riffle_actors.actors.memory import BudgetReport, GetBudget
 from riffle_actors.actors.spill import GetSpillStats, SpillStats
 from riffle_actors.state.spill_plan import StuckSpill
@@ -135,7 +135,9 @@ class AdminService:
     def __init__(self, *, clock: Clock, metrics: Metrics, system: ActorSystem, budget: MemoryBudget,
                  directory: AppDirectory, memory: ActorRef, spill: ActorRef, app_manager: ActorRef,
                  disk_monitor: ActorRef, disks: Sequence[tuple[str, ActorRef]], disk_health: DiskHealthBoard,
-                 rules: HealthRules, escalated: Callable[[], BaseException | None]):
+                 rules: HealthRules, escalated: Callable[[], BaseException | None],
+                 hdfs_app_fallbacks: Callable[[str], int] | None = None):
+        self.hdfs_app_fallbacks = hdfs_app_fallbacks  # app -> spills sent local after HDFS failed (HDFS tier)
         self.clock = clock
         self.metrics = metrics
         self.system = system
@@ -233,7 +235,9 @@ class AdminService:
             available_memory=max(0, b.capacity - b.used - b.allocated),
             event_num_in_flush=snap.spill_pending + snap.spill_running,
             is_healthy=snap.healthy and self.escalated() is None, disks=disks,
-            start_time_ms=ident.start_time_ms)
+            start_time_ms=ident.start_time_ms,
+            # the apps this server holds (those rebuilt by a restart's recovery included)
+            apps=tuple(AppSnapshot(app_id=app_id) for app_id in self.directory))
 
     # ------------------------------------------------------------- operator reads and actions
     async def apps(self) -> list[dict[str, Any]]:
@@ -242,7 +246,10 @@ class AdminService:
                  "idle_s": round(i.idle_s, 3), "partition_count": i.partition_count,
                  "memory_bytes": i.memory_bytes, "in_flight_bytes": i.in_flight_bytes,
                  "disk_bytes": sum(sh.disk_bytes for sh in i.shuffles.values()),
+                 "hdfs_bytes": sum(sh.hdfs_bytes for sh in i.shuffles.values()),
+                 **({"hdfs_fallbacks": self.hdfs_app_fallbacks(i.app_id)} if self.hdfs_app_fallbacks else {}),
                  "received_bytes": i.received_bytes,
+                 "recovered": i.recovered, "lost_blocks": i.lost_blocks,
                  "shuffles": {sid: {f: getattr(sh, f) for f in sh.__dataclass_fields__}
                               for sid, sh in i.shuffles.items()}} for i in infos]
 

@@ -21,7 +21,15 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(?:i?b)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
@@ -108,6 +116,33 @@ BindAddress = Annotated[str, BeforeValidator(parse_bind_address)]
 def is_wildcard(address: str) -> bool:
     """True for the all-interfaces addresses ``0.0.0.0`` and ``::``."""
     return ipaddress.ip_address(address).is_unspecified
+
+
+class MetricsConfig(StrictModel):
+    """``[metrics]`` (Riffle's keys): optional push of the daemon's metrics to a Prometheus Pushgateway.
+
+    ``/metrics`` stays scrapeable either way; the push only adds a copy every ``push_interval_sec``.
+    """
+
+    push_gateway_endpoint: str | None = Field(
+        None, description="Pushgateway base URL (e.g. http://pushgateway:9091); unset = no push")
+    push_interval_sec: int = Field(10, ge=1, description="seconds between two pushes")
+    labels: dict[str, str] = Field(default_factory=dict, description="extra grouping labels of the push")
+
+    @field_validator("push_gateway_endpoint", mode="after")
+    @classmethod
+    def _check_endpoint(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError(f"{value!r} is not an http(s):// URL such as http://pushgateway:9091")
+        return value
+
+    @field_validator("labels", mode="after")
+    @classmethod
+    def _check_labels(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not re.match(r"^[a-zA-Z_][a-zA-Z0-9_]*$", key):
+                raise ValueError(f"label name {key!r} is not a Prometheus label name")
+        return value
 
 
 class AdminConfig(StrictModel):
@@ -204,6 +239,11 @@ class HybridStoreConfig(StrictModel):
         "128M", description="a partition buffer above this size is spilled on its own; unset = never"
     )
     memory_spill_max_concurrency: int = Field(8, ge=1, description="spills in flight across all disks")
+    memory_spill_to_cold_threshold_size: ByteSize | None = Field(
+        None, description="a spill batch larger than this goes to HDFS (store_type with HDFS); unset = by size never")
+    huge_partition_memory_spill_to_hdfs_threshold_size: ByteSize | None = Field(
+        None, description="a huge partition's spill batch larger than this goes to HDFS (store_type with HDFS; "
+                          "needs app_config.partition_limit_enable); unset = huge partitions stay local")
 
     @model_validator(mode="after")
     def _check(self) -> HybridStoreConfig:
@@ -211,6 +251,26 @@ class HybridStoreConfig(StrictModel):
             raise FieldProblem("memory_spill_low_watermark",
                                "memory_spill_low_watermark must be below memory_spill_high_watermark")
         return self
+
+
+class HdfsStoreConfig(StrictModel):
+    """``[hdfs_store]``: the HDFS tier's writers (store_type MEMORY_LOCALFILE_HDFS or MEMORY_HDFS).
+
+    Where the files go is not configured here: each app's client sends its remote storage path
+    (and Hadoop conf items) in registerShuffle, from the coordinator's ``[remote_storage]``.
+    """
+
+    max_concurrency: int = Field(50, ge=1, le=1024, description="HDFS writes in flight over the server "
+                                                                "(also the writer thread count)")
+    partition_write_max_concurrency: int = Field(
+        20, ge=1, le=1024, description="HDFS writes in flight for one partition, each to its own file pair "
+                                       "<serverId>_<i>_<retry>")
+    write_timeout_sec: float = Field(120.0, gt=0, description="an HDFS write not done in time fails (the batch "
+                                                              "goes to local disk, its file pair is abandoned)")
+    unhealthy_retry_interval_sec: float = Field(
+        30.0, ge=0, description="after a failed HDFS write, spills skip HDFS this long (they go to local disk)")
+    replication: int | None = Field(None, ge=1, le=32, description="replication of new HDFS files; "
+                                                                   "unset = the NameNode's default")
 
 
 class AppConfig(StrictModel):
@@ -292,15 +352,18 @@ class ServerConfig(StrictModel):
     memory_store: MemoryStoreConfig = Field(default_factory=MemoryStoreConfig)
     localfile_store: LocalfileStoreConfig = Field(default_factory=LocalfileStoreConfig)
     hybrid_store: HybridStoreConfig = Field(default_factory=HybridStoreConfig)
+    hdfs_store: HdfsStoreConfig = Field(default_factory=HdfsStoreConfig)
     urpc_config: UrpcConfig = Field(default_factory=UrpcConfig)
     app_config: AppConfig = Field(default_factory=AppConfig)
     health: HealthConfig = Field(default_factory=HealthConfig)
     log: LogConfig = Field(default_factory=LogConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
 
     @model_validator(mode="after")
     def _check(self) -> ServerConfig:
-        if self.store_type.has_hdfs:
-            raise FieldProblem("store_type", f"{self.store_type.value} needs the HDFS tier, which is not built yet")
+        if not self.store_type.has_localfile and self.localfile_store.data_paths:
+            raise FieldProblem("localfile_store.data_paths", f"store_type {self.store_type.value} has no local "
+                                                             f"tier; remove the data paths or use MEMORY_LOCALFILE_HDFS")
         if self.store_type.has_localfile and not self.localfile_store.data_paths:
             raise FieldProblem("localfile_store.data_paths", f"store_type {self.store_type.value} needs at least one")
         for entry in self.coordinator_quorum:

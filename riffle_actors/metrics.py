@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
 from riffle_actors.reports import DiskReport
@@ -180,6 +180,20 @@ class Metrics:
                                       registry=r)
         self.oversized_sends = Counter("riffle_server_oversized_sends", "sendShuffleData requests refused "
                                        "because they carried more bytes than their ticket reserved", registry=r)
+        # restart recovery (riffle_actors.recovery), set once at start
+        self.recovery_seconds = Gauge("riffle_recovery_seconds", "time the restart recovery took", registry=r)
+        self.recovery_apps = Gauge("riffle_recovery_apps", "apps rebuilt from disk at start", registry=r)
+        self.recovery_partitions = Gauge("riffle_recovery_partitions", "partitions rebuilt from disk at start",
+                                         registry=r)
+        self.recovery_lost_blocks = Counter(
+            "riffle_recovery_lost_blocks", "reported blocks a restart found no data for (acknowledged, only in "
+            "memory when the server died); per app in /apps", registry=r)
+        self.recovery_removed = Counter("riffle_recovery_removed_paths", "directories the restart recovery "
+                                        "removed (no usable metadata)", registry=r)
+        self.spill_tier_choices = Counter(
+            "riffle_spill_tier_choices", "tier chosen per spill attempt and why (store_type with HDFS): reason "
+            "huge_partition, cold_threshold, no_healthy_disk, memory_hdfs, localfile, no_remote_storage; "
+            "hdfs_unhealthy / hdfs_failed are fallbacks to local disk", ["tier", "reason"], registry=r)
         self.snapshot = StateSnapshot()
         r.register(_StateCollector(self))
         self.loop_lag = LoopLagMonitor()  # started and stopped by the server, on its loop
@@ -192,6 +206,16 @@ class Metrics:
         self.spill_total.labels(disk).inc()
         self.spill_bytes.labels(disk).inc(data_bytes)
         self.spill_seconds.labels(disk).observe(seconds)
+
+    def on_recovered(self, *, seconds: float, apps: int, partitions: int, lost_blocks: int, removed: int) -> None:
+        self.recovery_seconds.set(seconds)
+        self.recovery_apps.set(apps)
+        self.recovery_partitions.set(partitions)
+        self.recovery_lost_blocks.inc(lost_blocks)
+        self.recovery_removed.inc(removed)
+
+    def on_tier_choice(self, tier: str, reason: str) -> None:
+        self.spill_tier_choices.labels(tier, reason).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -5,16 +5,17 @@ services (``ShuffleService``: the data plane; ``AdminService``: health, reports,
 the transports that call them (gRPC, HTTP, the coordinator client of the heartbeat)::
 
     root (one_for_one)
-      timer              TimerActor: ticket expiry, app expiry, disk probe rounds, heartbeats
+      timer              TimerActor: ticket expiry, app expiry, disk probe rounds (entries survive restarts)
       storage            Supervisor of one DiskActor per data path and the DiskMonitorActor (permanent)
       memory             MemoryManagerActor (permanent; budget and tickets survive its restarts)
-      spill              SpillDispatcherActor (permanent)
-      apps               Supervisor of one AppActor per app (temporary children)
-      app_manager        AppManagerActor (permanent)
+      spill              SpillDispatcherActor (permanent; queue and running batches survive its restarts)
+      apps               Supervisor of one AppActor per app (temporary children, which outlive its crash)
+      app_manager        AppManagerActor (permanent; directory and unfinished purges survive its restarts)
       heartbeat          HeartbeatActor, when coordinator_quorum is set
 
-Shutdown (SIGTERM): stop taking RPCs (gRPC grace period), spill what is in memory within
-``grace_period_sec``, then stop every actor; exit code 0.
+Shutdown (SIGTERM): tell every coordinator that this server is stopping (a DECOMMISSIONED
+heartbeat, so it gets no new apps), stop taking RPCs (gRPC grace period), spill what is in memory
+within ``grace_period_sec``, then stop every actor; exit code 0.
 
 Disk health: a ``DiskHealthBoard`` owned by the DiskMonitor (probes out of process, IO failures
 reported by the Disk actors) decides which disks take data; the SpillDispatcher, the service's
@@ -37,44 +38,61 @@ from loguru import logger
 
 from riffle_actors import __version__
 from riffle_actors.actors.app import AppActor
-from riffle_actors.actors.app_manager import AppDirectory, AppManagerActor, CheckExpiredApps, FlushAllApps
-from riffle_actors.actors.disk import DiskActor, DiskResources
+from riffle_actors.actors.app_manager import (
+    AppDirectory,
+    AppManagerActor,
+    AppManagerLedger,
+    CheckExpiredApps,
+    FlushAllApps,
+)
+from riffle_actors.actors.disk import DiskActor, DiskResources, RetryFailedPurges
 from riffle_actors.actors.disk_monitor import DiskMonitorActor
-from riffle_actors.actors.heartbeat import HeartbeatActor
+from riffle_actors.actors.hdfs_writer import HdfsResources, HdfsSpillRoute, HdfsWriterActor
+from riffle_actors.actors.heartbeat import AnnounceStopping, HeartbeatActor
 from riffle_actors.actors.memory import AttachAppManager, ExpireTickets, MemoryManagerActor
-from riffle_actors.actors.spill import SpillDispatcherActor
+from riffle_actors.actors.meta_log import ShuffleMetaLog
+from riffle_actors.actors.spill import SpillBacklog, SpillDispatcherActor
 from riffle_actors.actors.storage_messages import RunProbeRound
 from riffle_actors.admin import AdminService, HealthRules, ServerIdentity
 from riffle_actors.config import ServerConfig, load_config
+from riffle_actors.io.hdfs import HdfsIO
 from riffle_actors.io.local import LocalIO, RealLocalIO
 from riffle_actors.io.malloc import tune_malloc
 from riffle_actors.io.probe import ProbeFn, probe_disk
 from riffle_actors.io.probe_fleet import ProbeFleet
 from riffle_actors.metrics import Metrics
+from riffle_actors.metrics_push import SERVER_JOB, MetricsPusher
 from riffle_actors.netaddr import advertised_ip
+from riffle_actors.recovery import RecoveryReport, recover
 from riffle_actors.runtime import (
     ActorSystem,
     ChildSpec,
+    ChildTable,
     Clock,
     ScheduleEvery,
     Supervisor,
     SystemClock,
     TimerActor,
+    TimerTable,
 )
 from riffle_actors.service import ShuffleService
 from riffle_actors.state.budget import MemoryBudget
 from riffle_actors.state.disk_health import DiskHealthBoard, HealthPolicy
 from riffle_actors.state.tickets import TicketBook
+from riffle_actors.state.tier_policy import HdfsHealth, TierRules
 from riffle_actors.transport.coordinator_client import GrpcCoordinatorLink
 from riffle_actors.transport.grpc_server import ShuffleServerServicer, start_grpc_server
 from riffle_actors.transport.http_server import start_http_server
 from riffle_actors.transport.urpc_server import UrpcServer
 
+#: How long a graceful stop waits for the coordinators to take the "stopping" heartbeat.
+ANNOUNCE_TIMEOUT_S = 2.0
+
 
 class ShuffleServer:
     def __init__(self, cfg: ServerConfig, *, clock: Clock | None = None,
                  local_io_factory: Callable[[str, str], LocalIO] | None = None, probe_fn: ProbeFn = probe_disk,
-                 probe_fleet_factory: Callable[[], ProbeFleet] | None = None):
+                 probe_fleet_factory: Callable[[], ProbeFleet] | None = None, hdfs_io: HdfsIO | None = None):
         """``local_io_factory(disk name, root)``, ``probe_fn`` (a module-level function, it runs in the
         probe worker processes) and ``probe_fleet_factory`` are seams for fault tests."""
         self.cfg = cfg
@@ -93,8 +111,10 @@ class ShuffleServer:
         self._grpc = None
         self._http = None
         self._refresher: asyncio.Task | None = None
+        self._pusher_task: asyncio.Task | None = None
         self._stopped = False
         self.app_manager = None
+        self.heartbeat = None
         self.admin: AdminService | None = None
         self.ip = "127.0.0.1"
         self.server_id = ""
@@ -109,6 +129,17 @@ class ShuffleServer:
         self._probe_fn = probe_fn
         self._probe_fleet_factory = probe_fleet_factory or ProbeFleet
         self._disk_resources: dict[str, DiskResources] = {}
+        self.meta_log: ShuffleMetaLog | None = None
+        self.recovery: RecoveryReport | None = None
+        hc = cfg.hdfs_store
+        # the HDFS tier (store_type with HDFS); ``hdfs_io`` is the seam for fault tests
+        self.hdfs_resources: HdfsResources | None = HdfsResources(
+            io=hdfs_io or HdfsIO(replication=hc.replication), max_concurrency=hc.max_concurrency,
+            partition_write_max_concurrency=hc.partition_write_max_concurrency,
+            write_timeout_s=hc.write_timeout_sec, health=HdfsHealth(hc.unhealthy_retry_interval_sec),
+        ) if cfg.store_type.has_hdfs else None
+        self.hdfs = None
+        self.hdfs_route: HdfsSpillRoute | None = None
 
     def _on_escalation(self, exc: BaseException) -> None:
         self.escalated = exc
@@ -120,9 +151,12 @@ class ShuffleServer:
         system = self.system
         self.metrics.loop_lag.start()
         await system.start()
-        self.timer = await system.start_child(None, ChildSpec("timer", lambda: TimerActor(self.clock)))
+        # every permanent actor gets the state that must outlive its crashes from here (see each one)
+        timer_table = TimerTable()
+        self.timer = await system.start_child(None, ChildSpec("timer", lambda: TimerActor(self.clock, timer_table)))
+        storage_table = ChildTable()  # the Disk actors and the DiskMonitor outlive a crash of their supervisor
         storage = await system.start_child(None, ChildSpec("storage", lambda: Supervisor(
-            "storage", max_restarts=10, within_s=60.0, clock=self.clock)))
+            "storage", max_restarts=10, within_s=60.0, clock=self.clock, table=storage_table)))
         self.storage = storage
         self.disks = []
         ls = cfg.localfile_store
@@ -141,18 +175,31 @@ class ShuffleServer:
             budget=self.budget, tickets=self.tickets, high_watermark=hs.memory_spill_high_watermark,
             low_watermark=hs.memory_spill_low_watermark, clock=self.clock, app_manager=holder.get("app_manager"))))
         disk_refs = dict(self.disks)
+        if self.hdfs_resources is not None:
+            hres = self.hdfs_resources
+            self.hdfs = await system.start_child(storage, ChildSpec("hdfs", lambda: HdfsWriterActor(hres)))
+            self.hdfs_route = HdfsSpillRoute(self.hdfs, hres, TierRules(
+                hdfs_enabled=True, local_enabled=cfg.store_type.has_localfile,
+                cold_threshold_bytes=hs.memory_spill_to_cold_threshold_size,
+                huge_to_hdfs_bytes=hs.huge_partition_memory_spill_to_hdfs_threshold_size,
+                retry_after_s=cfg.hdfs_store.unhealthy_retry_interval_sec), clock=self.clock,
+                on_choice=self.metrics.on_tier_choice, on_spilled=self.metrics.on_spilled)
+        backlog = SpillBacklog(disk_refs, max_concurrency=hs.memory_spill_max_concurrency)
         self.spill = await system.start_child(None, ChildSpec("spill", lambda: SpillDispatcherActor(
-            disk_refs, max_concurrency=hs.memory_spill_max_concurrency, clock=self.clock,
-            on_spilled=self.metrics.on_spilled, on_spill_failed=self.metrics.on_spill_failed,
-            health=self.disk_health)))
+            disk_refs, clock=self.clock, on_spilled=self.metrics.on_spilled,
+            on_spill_failed=self.metrics.on_spill_failed, health=self.disk_health, backlog=backlog,
+            hdfs=self.hdfs_route)))
         self.disk_monitor = await system.start_child(storage, ChildSpec("disk_monitor", lambda: DiskMonitorActor(
             board=self.disk_health, probe_timeout_s=ls.disk_probe_timeout_sec,
             interval_s=float(ls.disk_healthy_check_interval_sec), probe_fn=self._probe_fn, clock=self.clock,
             subscribers=[self.spill], fleet_factory=self._probe_fleet_factory)))
         for res in self._disk_resources.values():
             res.monitor = self.disk_monitor  # Disk actors report IO failures from now on
+        # the durable shuffle metadata (registrations, reported ids, segments) of every app
+        self.meta_log = meta_log = ShuffleMetaLog(self.disks, self.disk_health)
+        apps_table = ChildTable()  # the AppActors outlive a crash of their supervisor
         apps_sup = await system.start_child(None, ChildSpec("apps", lambda: Supervisor(
-            "apps", max_restarts=1000, within_s=1.0, clock=self.clock)))
+            "apps", max_restarts=1000, within_s=1.0, clock=self.clock, table=apps_table)))
         ac = cfg.app_config
 
         def app_factory(app_id: str) -> AppActor:
@@ -160,13 +207,21 @@ class ShuffleServer:
                             memory=self.memory, spill=self.spill,
                             single_buffer_spill_bytes=hs.memory_single_buffer_max_spill_size,
                             huge_threshold_bytes=ac.partition_limit_threshold if ac.partition_limit_enable else None,
-                            huge_spill_bytes=ac.huge_partition_memory_single_buffer_max_spill_size)
+                            huge_spill_bytes=ac.huge_partition_memory_single_buffer_max_spill_size,
+                            meta=meta_log)
 
+        ledger = AppManagerLedger()
         self.app_manager = await system.start_child(None, ChildSpec("app_manager", lambda: AppManagerActor(
             directory=self.directory, app_factory=app_factory, memory=self.memory,
-            disks=[ref for _, ref in self.disks], clock=self.clock, apps_supervisor=apps_sup)))
+            # the HDFS writer takes the disks' PurgeFiles / UnfenceApp too: purges delete the app's HDFS files
+            disks=[ref for _, ref in self.disks] + ([self.hdfs] if self.hdfs is not None else []),
+            clock=self.clock, apps_supervisor=apps_sup, ledger=ledger)))
         holder["app_manager"] = self.app_manager
         await self.memory.tell(AttachAppManager(self.app_manager))
+        # before any port listens: what the data paths hold is served from the first request on
+        self.recovery = rec = await recover(list(self._disk_resources.values()), self.app_manager, self.hdfs)
+        self.metrics.on_recovered(seconds=rec.seconds, apps=rec.apps, partitions=rec.partitions,
+                                  lost_blocks=rec.lost_blocks, removed=len(rec.removed))
 
         await self.timer.ask(ScheduleEvery("expire-tickets", float(cfg.memory_store.buffer_ticket_check_interval_sec),
                                            self.memory, ExpireTickets()))
@@ -174,12 +229,16 @@ class ShuffleServer:
                                            self.app_manager, CheckExpiredApps()))
         await self.timer.ask(ScheduleEvery("probe-disks", float(ls.disk_healthy_check_interval_sec),
                                            self.disk_monitor, RunProbeRound()))
+        for path, disk in self.disks:  # a purge that failed on a disk is tried again until it succeeds
+            await self.timer.ask(ScheduleEvery(f"retry-purges:{path}", float(ac.app_expiry_check_interval_sec),
+                                               disk, RetryFailedPurges()))
 
         huge_limit = (int(cfg.memory_store.capacity * ac.partition_limit_memory_backpressure_ratio)
                       if ac.partition_limit_enable else None)
         self.service = ShuffleService(directory=self.directory, app_manager=self.app_manager, memory=self.memory,
                                       disks=self.disks, metrics=self.metrics, huge_partition_limit_bytes=huge_limit,
-                                      disk_health=self.disk_health, max_read_length=cfg.grpc_max_message_size)
+                                      disk_health=self.disk_health, max_read_length=cfg.grpc_max_message_size,
+                                      hdfs=self.hdfs)
         self._grpc, self.grpc_port = await start_grpc_server(ShuffleServerServicer(self.service, self.metrics),
                                                              cfg.grpc_bind_address, cfg.grpc_port,
                                                              cfg.grpc_max_message_size)
@@ -189,7 +248,9 @@ class ShuffleServer:
             disks=self.disks, disk_health=self.disk_health,
             rules=HealthRules(min_available_disks=ls.min_number_of_available_disks,
                               memory_stuck_s=cfg.health.memory_stuck_above_high_watermark_sec),
-            escalated=lambda: self.escalated)
+            escalated=lambda: self.escalated,
+            hdfs_app_fallbacks=(self.hdfs_resources.app_fallbacks.__getitem__
+                                if self.hdfs_resources is not None else None))
         if cfg.urpc_port is not None:
             uc = cfg.urpc_config
             self._urpc = UrpcServer(self.service, self.metrics, max_frame_bytes=cfg.grpc_max_message_size,
@@ -200,15 +261,28 @@ class ShuffleServer:
             self.urpc_port = await self._urpc.start(cfg.urpc_bind_address, cfg.urpc_port)
         self._http, self.http_port = await start_http_server(self.admin, cfg.http_bind_address, cfg.http_port)
         await self._start_heartbeat(self.admin)
+        self._start_metrics_push(self.admin)
         logger.info("riffle-server {} listening: grpc {}:{} http {}:{}{}, memory {} bytes, data paths {}",
                     __version__, cfg.grpc_bind_address, self.grpc_port, cfg.http_bind_address, self.http_port,
                     f" urpc {cfg.urpc_bind_address}:{self.urpc_port}" if self._urpc else "",
                     cfg.memory_store.capacity, cfg.localfile_store.data_paths)
 
+    def _start_metrics_push(self, admin: AdminService) -> None:
+        """``[metrics] push_gateway_endpoint``: push to a Pushgateway as Riffle does (job ``uniffle-worker``,
+        labels ``worker_id`` and ``version``)."""
+        if not self.cfg.metrics.push_gateway_endpoint:
+            return
+        pusher = MetricsPusher(self.cfg.metrics, registry=self.metrics.registry, job=SERVER_JOB,
+                               grouping={"worker_id": self.server_id, "version": __version__},
+                               refresh=admin.refresh_snapshot, clock=self.clock)
+        self._pusher_task = asyncio.get_running_loop().create_task(pusher.run(), name="metrics-push")
+
     async def _start_heartbeat(self, admin: AdminService) -> None:
         if self.cfg.coordinator_quorum:
             self.ip = advertised_ip(self.cfg.grpc_bind_address)
         self.server_id = f"{self.ip}-{self.grpc_port}" + (f"-{self.urpc_port}" if self.urpc_port else "")
+        if self.hdfs_resources is not None:
+            self.hdfs_resources.server_id = self.server_id  # HDFS file names start with it (spec §5.5)
         admin.identity = ServerIdentity(ip=self.ip, grpc_port=self.grpc_port, http_port=self.http_port,
                                         tags=tuple(self.cfg.tags), start_time_ms=self.start_time_ms,
                                         netty_port=self.urpc_port)
@@ -223,6 +297,16 @@ class ShuffleServer:
             self.cfg.coordinator_quorum, interval, admin.heartbeat_snapshot, clock=self.clock,
             connect=GrpcCoordinatorLink)))
 
+    async def _announce_stop(self) -> None:
+        """Tell every coordinator at once that this server is leaving (bounded: ANNOUNCE_TIMEOUT_S)."""
+        if self.heartbeat is None:
+            return
+        try:
+            await asyncio.wait_for(self.heartbeat.ask(AnnounceStopping(timeout_s=ANNOUNCE_TIMEOUT_S)),
+                                   timeout=ANNOUNCE_TIMEOUT_S + 1.0)
+        except Exception as e:  # noqa: BLE001 - the stop goes on; the heartbeat timeout still applies
+            logger.warning("could not announce the stop to the coordinators: {!r}", e)
+
     async def stop(self, grace_s: float | None = None) -> None:
         """Stop serving, flush memory within the grace period, stop every actor. Idempotent."""
         if self._stopped:
@@ -230,9 +314,13 @@ class ShuffleServer:
         self._stopped = True
         self.metrics.loop_lag.stop()
         grace = self.cfg.grace_period_sec if grace_s is None else grace_s
+        await self._announce_stop()
         if self._refresher is not None:
             self._refresher.cancel()
             self._refresher = None
+        if self._pusher_task is not None:  # [metrics] push_gateway_endpoint
+            self._pusher_task.cancel()
+            self._pusher_task = None
         if self._grpc is not None:
             await self._grpc.stop(min(grace, 5.0))
             self._grpc = None
@@ -245,6 +333,11 @@ class ShuffleServer:
                 logger.info("flushed memory to disk before exit")
             except (asyncio.TimeoutError, Exception) as e:  # noqa: BLE001 - shutdown goes on regardless
                 logger.warning("could not flush everything within {}s: {!r}", grace, e)
+        if self.meta_log is not None:  # the segment records of the last spills
+            try:
+                await asyncio.wait_for(self.meta_log.drain(), timeout=max(grace, 1.0))
+            except (asyncio.TimeoutError, Exception) as e:  # noqa: BLE001 - shutdown goes on regardless
+                logger.warning("metadata records not all written: {!r}", e)
         if self._http is not None:
             await self._http.cleanup()
             self._http = None
@@ -258,6 +351,8 @@ class ShuffleServer:
         await self.system.stop_all()
         for res in self._disk_resources.values():
             res.close()
+        if self.hdfs_resources is not None:
+            self.hdfs_resources.close()
 
 
 async def serve(cfg: ServerConfig, stop_event: asyncio.Event, ports) -> int:

@@ -32,6 +32,7 @@ from riffle_actors.actors.app import (
     SendTicket,
 )
 from riffle_actors.actors.app_manager import AppDirectory, GetOrCreateApp, PurgeApp, PurgeAppShuffle
+from riffle_actors.actors.hdfs_writer import RegisterRemoteStorage
 from riffle_actors.actors.memory import CommitTicket, RequireBuffer, TakeTicket
 from riffle_actors.actors.storage_messages import DiskIOError, ReadData, ReadIndex
 from riffle_actors.errors import (
@@ -61,7 +62,8 @@ class ShuffleService:
     def __init__(self, *, directory: AppDirectory, app_manager: ActorRef, memory: ActorRef,
                  disks: Sequence[tuple[str, ActorRef]], metrics: Metrics,
                  huge_partition_limit_bytes: int | None = None, disk_health: DiskHealthBoard | None = None,
-                 max_read_length: int = 64 << 20):
+                 max_read_length: int = 64 << 20, hdfs: ActorRef | None = None):
+        self.hdfs = hdfs  # the HdfsWriter (store_type with HDFS): told each app's remote storage
         self.directory = directory
         self.app_manager = app_manager
         self.memory = memory
@@ -87,16 +89,21 @@ class ShuffleService:
 
     # ------------------------------------------------------------- writes
     async def register_shuffle(self, app_id: str, shuffle_id: int, ranges: Sequence[tuple[int, int]],
-                               local_order: bool, user: str = "", properties: dict[str, str] | None = None) -> None:
+                               local_order: bool, user: str = "", properties: dict[str, str] | None = None,
+                               remote_storage: tuple[str, tuple[tuple[str, str], ...]] | None = None) -> None:
+        """``remote_storage``: registerShuffle's (path, Hadoop conf items), for the HDFS tier."""
         for start, end in ranges:
             if start < 0 or end < start:
                 raise InvalidRequestError(f"invalid partition range [{start}, {end}]")
         ref = await self.app_manager.ask(GetOrCreateApp(app_id))
         try:
             await ref.ask(RegisterShuffle(shuffle_id=shuffle_id, ranges=tuple(ranges), local_order=local_order,
-                                          user=user, properties=tuple((properties or {}).items())))
+                                          user=user, properties=tuple((properties or {}).items()),
+                                          remote_storage=remote_storage[0] if remote_storage else ""))
         except ActorDeadError:
             raise InternalError(f"app {app_id!r} was removed while registering; retry") from None
+        if self.hdfs is not None and remote_storage is not None and remote_storage[0]:
+            await self.hdfs.ask(RegisterRemoteStorage(app_id, remote_storage[0], tuple(remote_storage[1])))
 
     async def require_buffer(self, app_id: str, shuffle_id: int, size: int,
                              partition_ids: Sequence[int] = ()) -> int:
@@ -149,6 +156,9 @@ class ShuffleService:
             # what no partition turned into used memory is ours to give back (all of it if never processed)
             ticket.release_rest()
             raise NoRegisterError(f"app {app_id!r} was removed") from None
+        except Exception:
+            ticket.release_rest()  # the app crashed on this message: the same (release_rest is idempotent)
+            raise
 
     async def report_shuffle_result(self, app_id: str, shuffle_id: int, task_attempt_id: int,
                                     partition_to_block_ids: Iterable[tuple[int, Sequence[int]]]) -> int:

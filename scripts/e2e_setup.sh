@@ -61,6 +61,24 @@ else
     log "RIFFLE_E2E_SKIP_PIP=1: Python packages untouched"
 fi
 
+# ---------------------------------------------------------------- status page and metrics tests
+# Debian's chromium (tests/browser: the coordinator's status page in a headless browser) and
+# prometheus-pushgateway (tests/ctl/test_metrics.py: the [metrics] push). Skipped when present.
+status_page_pkgs=()
+command -v chromium >/dev/null 2>&1 || status_page_pkgs+=(chromium)
+command -v prometheus-pushgateway >/dev/null 2>&1 || status_page_pkgs+=(prometheus-pushgateway)
+if (( ${#status_page_pkgs[@]} == 0 )); then
+    log "chromium and prometheus-pushgateway already installed (skipped)"
+elif command -v apt-get >/dev/null 2>&1 && [[ "$(id -u)" == 0 ]]; then
+    log "installing ${status_page_pkgs[*]} (Debian packages)"
+    s=$SECONDS
+    apt_install() { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null; }
+    apt_install "${status_page_pkgs[@]}" || { apt-get update -qq >/dev/null && apt_install "${status_page_pkgs[@]}"; }
+    log "installed ${status_page_pkgs[*]} in $((SECONDS - s)) s"
+else
+    log "WARNING: cannot install ${status_page_pkgs[*]} (needs root and apt-get); the browser and push tests will be skipped"
+fi
+
 # ---------------------------------------------------------------- Java / Maven
 if ! command -v java >/dev/null 2>&1; then
     log "WARNING: java not found; the e2e tests will be skipped"
@@ -113,4 +131,40 @@ fi
 echo "$used" >"$CACHE/uniffle-client.version"
 log "Uniffle client version used: $used ($(uniffle_jar_for "$used"))"
 rm -f "$CACHE/mvn-last.log"
+
+# ---------------------------------------------------------------- HDFS tier: MiniDFSCluster (issue 12)
+# Hadoop's MiniDFSCluster (a real NameNode + DataNodes in one JVM) for tests/integration/test_hdfs_tier.py,
+# tests/fault/test_hdfs_faults.py and the Spark HDFS job: the jars of scripts/hdfs/pom.xml
+# (hadoop-client-minicluster/-api/-runtime) into RIFFLE_HDFS_CACHE, and our launcher scripts/hdfs/MiniHdfs.java
+# compiled there. tests/helpers/minihdfs.py starts it. Idempotent: skipped when the jars and an up-to-date
+# class file are there. The server itself needs no JVM (hdfs-native, a Python dependency).
+HDFS_CACHE="${RIFFLE_HDFS_CACHE:-$REPO/.cache/hdfs-jars}"
+HADOOP_VERSION="${HADOOP_VERSION:-3.5.0}"
+mkdir -p "$HDFS_CACHE"
+if [[ -s "$HDFS_CACHE/hadoop-client-minicluster-$HADOOP_VERSION.jar" ]]; then
+    log "MiniDFSCluster jars (Hadoop $HADOOP_VERSION) already in $HDFS_CACHE (skipped)"
+else
+    s=$SECONDS
+    if mvn -B -q -f "$REPO/scripts/hdfs/pom.xml" "$DEP_PLUGIN:copy-dependencies" -Dhadoop.version="$HADOOP_VERSION" \
+            -DincludeScope=runtime -DoutputDirectory="$HDFS_CACHE" >"$HDFS_CACHE/mvn-last.log" 2>&1; then
+        log "fetched the MiniDFSCluster jars (Hadoop $HADOOP_VERSION) in $((SECONDS - s)) s"
+        rm -f "$HDFS_CACHE/mvn-last.log"
+    else
+        log "ERROR: could not fetch hadoop-client-minicluster $HADOOP_VERSION; see $HDFS_CACHE/mvn-last.log"
+        exit 1
+    fi
+fi
+if command -v javac >/dev/null 2>&1; then
+    if [[ ! -f "$HDFS_CACHE/classes/MiniHdfs.class" \
+            || "$REPO/scripts/hdfs/MiniHdfs.java" -nt "$HDFS_CACHE/classes/MiniHdfs.class" ]]; then
+        mkdir -p "$HDFS_CACHE/classes"
+        javac -nowarn -cp "$HDFS_CACHE/*" -d "$HDFS_CACHE/classes" "$REPO/scripts/hdfs/MiniHdfs.java"
+        log "compiled the MiniHdfs launcher into $HDFS_CACHE/classes"
+    else
+        log "MiniHdfs launcher up to date (skipped)"
+    fi
+else
+    log "WARNING: javac not found; the HDFS tests will be skipped (CI: fail)"
+fi
+
 log "done in $((SECONDS - t0)) s"

@@ -23,7 +23,7 @@ import asyncio
 import copy
 import inspect
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -160,3 +160,19 @@ async def _task_leak_check() -> AsyncIterator[None]:
             t.cancel()
         await asyncio.gather(*leaked, return_exceptions=True)
         pytest.fail(f"leaked asyncio tasks: {sorted(t.get_name() for t in leaked)}")
+
+
+@pytest.fixture(scope="module")
+def minihdfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real HDFS (MiniDFSCluster, one DataNode, ephemeral ports) shared by one test module; stopped
+    at the module's end even when a test failed. Skips (CI: fails) without Java or the jars."""
+    from tests.helpers.minihdfs import MiniHdfs, hdfs_prerequisite
+
+    reason = hdfs_prerequisite()
+    if reason:
+        pytest.skip(reason)
+    hdfs = MiniHdfs.start(tmp_path_factory.mktemp("minihdfs"))
+    try:
+        yield hdfs
+    finally:
+        hdfs.stop()

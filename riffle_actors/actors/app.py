@@ -35,6 +35,12 @@ of CPU). Other messages are processed between the slices; none of them changes r
 (a purge drops the shuffle, and an operation still running on it finishes on the detached
 state, whose result nobody can ask for any more).
 
+Durable metadata (``riffle_actors.actors.meta_log``, docs/recovery.md): registerShuffle and
+reportShuffleResult are answered once their record is in the shuffle's metadata log, so a
+restarted server knows the shuffle and answers getShuffleResult* with every id it acknowledged.
+At a restart, ``RestoreApp`` (sent once, right after the start) rebuilds the app from what
+recovery found: registrations, reported ids, the disks of each partition, the lost-block counts.
+
 Supervision: temporary. A crashed AppActor is not restarted (that would hide lost data);
 the AppManager purges it and later calls get NO_REGISTER, so Spark retries the stage. Its
 partition actors are stopped with it. A crashed partition actor (seen through death watch)
@@ -47,6 +53,8 @@ See also: ``riffle_actors.state.app_state`` (the logic), ``riffle_actors.actors.
 from __future__ import annotations
 
 import asyncio
+import inspect
+from array import array
 from collections import deque
 from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
@@ -55,6 +63,7 @@ from typing import Any
 
 from loguru import logger
 
+from riffle_actors.actors.meta_log import ShuffleMetaLog
 from riffle_actors.actors.partition import (
     PURGE,
     AppendPart,
@@ -76,6 +85,7 @@ from riffle_actors.errors import (
     RiffleError,
 )
 from riffle_actors.protocol.blockid import BlockIdLayout
+from riffle_actors.protocol.shuffle_meta import BLOCK_IDS, REGISTER, encode_block_ids, encode_register
 from riffle_actors.records import Block
 from riffle_actors.runtime import (
     ActorDeadError,
@@ -91,6 +101,7 @@ from riffle_actors.runtime import (
 )
 from riffle_actors.state.app_state import AppState, PartitionEntry, ShuffleState
 from riffle_actors.state.partition import SpillLimits
+from riffle_actors.state.recovery import RecoveredApp
 
 __all__ = ["SendTicket"]  # re-exported for the ShuffleService
 
@@ -107,6 +118,7 @@ class RegisterShuffle:
     local_order: bool
     user: str = ""
     properties: tuple[tuple[str, str], ...] = ()
+    remote_storage: str = ""  # registerShuffle's remoteStorage path (kept in the metadata log)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -172,6 +184,13 @@ class Heartbeat:
 
 
 @dataclass(frozen=True, slots=True)
+class RestoreApp:
+    """Sent once, right after the app's actor started at a restart: what recovery found on disk."""
+
+    recovered: RecoveredApp
+
+
+@dataclass(frozen=True, slots=True)
 class CommitShuffleTask:
     shuffle_id: int
 
@@ -224,6 +243,8 @@ class ShuffleInfo:
     reported_partitions: int
     disks: tuple[str, ...]
     huge_partitions: int
+    lost_blocks: int = 0  # reported blocks lost by the last restart (only in memory when it died)
+    hdfs_bytes: int = 0  # spilled to the HDFS tier (clients read it from HDFS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,12 +259,14 @@ class AppInfo:
     in_flight_bytes: int
     received_bytes: int
     partition_actors: int = 0  # PartitionActors running (or starting) now
+    recovered: bool = False  # rebuilt from disk at the server's start
+    lost_blocks: int = 0  # reported blocks the restart found no data for (see ShuffleInfo.lost_blocks)
 
 
 AppMsg = (RegisterShuffle | AppendBlocks | ReportShuffleResult | GetShuffleResult | GetMemoryData
           | GetPartitionDisks | CheckHugePartitions | Heartbeat | CommitShuffleTask | FinishShuffle
           | PurgeShuffle | GetSpillCandidates | SpillPartitions | SpillAll | GetAppInfo | IsExpired
-          | Terminated)
+          | RestoreApp | Terminated)
 
 
 class AppActor(Supervisor):
@@ -255,7 +278,8 @@ class AppActor(Supervisor):
 
     def __init__(self, app_id: str, *, clock: Clock, heartbeat_timeout_s: float, memory: ActorRef,
                  spill: ActorRef, single_buffer_spill_bytes: int | None,
-                 huge_threshold_bytes: int | None = None, huge_spill_bytes: int | None = None):
+                 huge_threshold_bytes: int | None = None, huge_spill_bytes: int | None = None,
+                 meta: ShuffleMetaLog | None = None):
         # no restarts below: a partition actor that ends is never replaced (see the module docstring)
         super().__init__(f"app:{app_id}", max_restarts=0, within_s=1.0, clock=clock)
         self.state = AppState(app_id, clock, heartbeat_timeout_s)
@@ -270,10 +294,14 @@ class AppActor(Supervisor):
         self._lane = SliceLane()  # reports and shuffle results, see the module docstring
         self.partition_actors_started = 0
         self.log = logger.bind(app_id=app_id)
+        self.meta = meta  # the durable metadata log (None: nothing is written, e.g. unit tests)
+        self.recovered = False
 
     async def on_start(self) -> None:
         await super().on_start()
         self._loop = asyncio.get_running_loop()
+        if self.meta is not None:
+            self.meta.attach(self.app_id, self._reported_records)
 
     def receive(self, msg: AppMsg) -> Any:
         state = self.state
@@ -306,6 +334,12 @@ class AppActor(Supervisor):
                 if msg.properties:
                     state.properties = dict(msg.properties)
                 state.register_shuffle(msg.shuffle_id, msg.ranges, msg.local_order)
+                # answered once the registration is on disk: a restarted server knows the shuffle
+                return self._write_meta(msg.shuffle_id, REGISTER, encode_register(
+                    msg.ranges, local_order=msg.local_order, user=state.user,
+                    remote_storage=msg.remote_storage, properties=tuple(state.properties.items())))
+            case RestoreApp(recovered=rec):
+                self._restore(rec)
                 return None
             case Terminated(ref=ref, reason=reason):
                 if reason is not None:  # a partition actor crashed: its memory is lost, so is the app
@@ -332,7 +366,10 @@ class AppActor(Supervisor):
                 entry = self._entry(sid, pid)
                 return entry.figures.disks if entry is not None else ()
             case ReportShuffleResult(shuffle_id=sid, partition_to_block_ids=p2b):
-                return self._lane.submit(state.report_steps(sid, p2b))
+                if self.meta is None:
+                    return self._lane.submit(state.report_steps(sid, p2b))
+                sink: list = []
+                return self._report(sid, self._lane.submit(state.report_steps(sid, p2b, sink)), sink)
             case GetShuffleResult(shuffle_id=sid, partition_ids=pids):
                 return self._lane.submit(state.shuffle_result_steps(sid, pids))
             case Heartbeat():
@@ -351,6 +388,63 @@ class AppActor(Supervisor):
             return await Supervisor.receive(self, msg)
         except TypeError:
             raise InvalidRequestError(f"unexpected message {type(msg).__name__}") from None
+
+    # ------------------------------------------------------------- durable metadata
+    def _write_meta(self, shuffle_id: int, kind: int, body: bytes) -> asyncio.Future[None] | None:
+        """Queue a record of the shuffle's metadata log; the future of its write (None: no log)."""
+        if self.meta is None:
+            return None
+        shuffle = self.state.shuffles.get(shuffle_id)
+        if shuffle is None:
+            return None
+        return self.meta.append(self.app_id, shuffle_id, shuffle.epoch, kind, body)
+
+    def _reported_records(self) -> list[tuple[int, int, bytes]]:
+        """Every id reported so far, one BLOCK_IDS body per shuffle (the metadata log moves to another disk)."""
+        return [(sid, shuffle.epoch,
+                 encode_block_ids([(pid, array("Q", ids)) for pid, ids in shuffle.reported.items()]))
+                for sid, shuffle in self.state.shuffles.items() if shuffle.reported]
+
+    async def _report(self, shuffle_id: int, done: Any, sink: list) -> int:
+        """A report is answered once its ids are in memory and in the metadata log."""
+        new = await done if inspect.isawaitable(done) else done  # the lane finishes a small report at once
+        if sink:
+            fut = self._write_meta(shuffle_id, BLOCK_IDS, encode_block_ids(sink))
+            if fut is not None:
+                await fut
+        return new
+
+    def _restore(self, rec: RecoveredApp) -> None:
+        """Rebuild the app from what recovery found on disk (only right after this actor started)."""
+        state = self.state
+        self.recovered = True
+        if self.meta is not None:
+            self.meta.set_home(self.app_id, rec.home)
+        state.user = rec.user
+        state.properties = dict(rec.properties)
+        for sid, rs in rec.shuffles.items():
+            state.register_shuffle(sid, rs.ranges, rs.local_order)
+            shuffle = state.shuffles[sid]
+            if self.meta is not None:
+                self.meta.remember_registration(self.app_id, sid, shuffle.epoch, encode_register(
+                    rs.ranges, local_order=rs.local_order, user=rec.user, remote_storage=rs.remote_storage,
+                    properties=tuple(rec.properties.items())))
+            shuffle.reported.update(rs.reported)
+            shuffle.lost_blocks = rs.lost_blocks
+            for pid, rp in rs.partitions.items():
+                entry = shuffle.partitions.get(pid)
+                if entry is None:
+                    entry = shuffle.partitions[pid] = PartitionEntry()
+                f = entry.figures
+                f.disks = rp.disks
+                f.disk_bytes = rp.data_bytes
+                f.total_bytes = rp.data_bytes
+        if rec.lost_blocks:
+            self.log.error("app {} lost {} reported blocks in the restart (acknowledged, only in memory when "
+                           "the server died): {}", self.app_id, rec.lost_blocks,
+                           "; ".join(f"shuffle {sid}: {rs.lost_blocks} blocks of partitions "
+                                     f"{list(rs.lost_partitions[:20])}{' ...' if len(rs.lost_partitions) > 20 else ''}"
+                                     for sid, rs in rec.shuffles.items() if rs.lost_blocks))
 
     # ------------------------------------------------------------- routing
     def _entry(self, shuffle_id: int, partition_id: int) -> PartitionEntry | None:
@@ -406,7 +500,7 @@ class AppActor(Supervisor):
         if ctx is None or ctx.epoch != shuffle.epoch:
             ctx = self._contexts[shuffle.shuffle_id] = PartitionContext(
                 self.app_id, shuffle.shuffle_id, shuffle.epoch, shuffle.local_order, self.limits, self.memory,
-                self.spill, self._sends)
+                self.spill, self._sends, self.meta)
         return ctx
 
     def _live_entries(self, shuffle_id: int | None) -> list[tuple[int, int, PartitionEntry]]:
@@ -496,6 +590,8 @@ class AppActor(Supervisor):
         """Drop the shuffle: each partition actor releases its memory (after what is queued) and stops."""
         shuffle = self.state.drop_shuffle(shuffle_id)
         self._contexts.pop(shuffle_id, None)
+        if self.meta is not None:
+            self.meta.forget_shuffle(self.app_id, shuffle_id)
         if shuffle is None:
             return
         gone = NoRegisterError(f"shuffle {shuffle_id} of app {self.app_id} was unregistered")
@@ -525,6 +621,8 @@ class AppActor(Supervisor):
         for ticket in list(self._sends):
             ticket.release_rest()
         self._sends.clear()
+        if self.meta is not None:
+            self.meta.forget_app(self.app_id)
 
     # ------------------------------------------------------------- figures
     def _info(self) -> AppInfo:
@@ -546,7 +644,9 @@ class AppActor(Supervisor):
                 reported_partitions=len(sh.reported),
                 disks=tuple(sorted({d for f in figures for d in f.disks})),
                 huge_partitions=sum(1 for f in figures if f.huge),
+                lost_blocks=sh.lost_blocks,
+                hdfs_bytes=sum(f.hdfs_bytes for f in figures),
             )
         return AppInfo(s.app_id, s.user, s.registered_epoch_ms, s.clock.monotonic() - s.last_seen_monotonic,
                        shuffles, s.partition_count(), staging + in_flight, in_flight, s.received_bytes(),
-                       actors)
+                       actors, self.recovered, sum(sh.lost_blocks for sh in s.shuffles.values()))

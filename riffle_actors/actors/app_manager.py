@@ -72,6 +72,19 @@ class AppDirectory(dict[str, ActorRef]):
     """app id -> AppActor ref; mutated only by the AppManagerActor."""
 
 
+class AppManagerLedger:
+    """What the AppManager keeps across its restarts, besides the ``AppDirectory``: the purges it has
+    decided and not finished (re-run by the next incarnation: every step of a purge is idempotent),
+    the spill round it owes an answer to, and the purge history. The server creates it once."""
+
+    def __init__(self, history_size: int = 1000) -> None:
+        # (app id, shuffle id or None for the whole app) -> (the AppActor judged, reason); insertion order
+        self.purges: dict[tuple[str, int | None], tuple[ActorRef | None, str]] = {}
+        self.round_reply_to: ActorRef | None = None  # a SpillLargest being served: answer it after a crash
+        self.history: deque[dict] = deque(maxlen=history_size)
+        self.purged_total = 0
+
+
 @dataclass(frozen=True, slots=True)
 class GetOrCreateApp:
     app_id: str
@@ -125,8 +138,21 @@ class AppManagerActor(Actor):
     """The app registry and its sweeps; see the module docstring.
 
     ``receive`` never waits: what needs an answer from apps or a started actor is replied later.
-    The ``AppDirectory`` is the server's and survives a restart of this actor; the sweep state
-    (``ExpiryBook``, round gates) and the history are per incarnation.
+
+    **What survives a crash.** The ``AppDirectory`` and the ``AppManagerLedger`` (both the server's)
+    and the mailbox. A purge is entered in the ledger when it is decided (the app leaves the
+    directory at that moment) and leaves it once the AppActor is stopped, the MemoryManager told
+    ``PurgeAppMemory`` and every disk told ``PurgeFiles``; the crash cancels the steps in progress
+    and the next incarnation's ``on_start`` runs every purge of the ledger again (stopping a stopped
+    actor, purging purged memory and deleting deleted files are no-ops), so an app is never half
+    purged and no file is leaked. A registration cut short may leave an AppActor started but not in
+    the directory: the next incarnation's ``on_start`` (or the next ``GetOrCreateApp`` of that id)
+    adopts it, so it is served, swept for expiry and purged like any other. The ``SpillRoundDone`` owed to the
+    MemoryManager is sent by the next incarnation (with 0 bytes: it starts a fresh round on its next
+    commit). Lost with the incarnation: the asks being answered (they fail with ``ActorDeadError``;
+    the service answers the client with an error, and it retries), the expiry miss counts (an app
+    is judged again from its next check) and the round gates. Death-watch ``Terminated`` messages of
+    AppActors go to the ref, which survives, and wait in the mailbox.
     """
 
     expected_errors = (RiffleError,)
@@ -134,7 +160,7 @@ class AppManagerActor(Actor):
     def __init__(self, *, directory: AppDirectory, app_factory: Callable[[str], AppActor], memory: ActorRef,
                  disks: list[ActorRef], clock: Clock, apps_supervisor: ActorRef | None = None,
                  history_size: int = 1000, app_ask_timeout_s: float = APP_ASK_TIMEOUT_S,
-                 expiry_misses_to_purge: int = EXPIRY_MISSES_TO_PURGE):
+                 expiry_misses_to_purge: int = EXPIRY_MISSES_TO_PURGE, ledger: AppManagerLedger | None = None):
         self.directory = directory
         self.apps_supervisor = apps_supervisor
         self.app_factory = app_factory
@@ -142,13 +168,48 @@ class AppManagerActor(Actor):
         self.disks = disks
         self.clock = clock
         self.app_ask_timeout_s = app_ask_timeout_s
-        self.history: deque[dict] = deque(maxlen=history_size)
-        self.purged_total = 0
+        self.ledger = ledger if ledger is not None else AppManagerLedger(history_size)
+        self.history = self.ledger.history
         self.expiry = ExpiryBook(expiry_misses_to_purge)
         self.sweeps: RoundGate[CheckExpiredApps] = RoundGate()
         self.spill_rounds: RoundGate[SpillLargest] = RoundGate()
         # app id -> the last registration or purge step for it: steps of one app id run in order
         self._app_steps: dict[str, asyncio.Task[Any]] = {}
+
+    @property
+    def purged_total(self) -> int:
+        return self.ledger.purged_total
+
+    async def on_start(self) -> None:
+        ledger = self.ledger
+        if self.apps_supervisor is not None:  # AppActors a cut-short registration left out of the directory
+            for name, ref in self.system.children(self.apps_supervisor).items():
+                app_id = name.removeprefix("app:")
+                if ref.is_alive and app_id not in self.directory and (app_id, None) not in ledger.purges:
+                    logger.bind(app_id=app_id).warning("app {} adopted after a restart of the app manager", app_id)
+                    ref.watch(self.ref)
+                    self.directory[app_id] = ref
+        if ledger.purges:
+            logger.warning("app manager restarted: finishing {} interrupted purge(s)", len(ledger.purges))
+            self.spawn(self._finish_purges())
+        if ledger.round_reply_to is not None:
+            reply_to, ledger.round_reply_to = ledger.round_reply_to, None
+            try:
+                reply_to.tell_nowait(SpillRoundDone(0))
+            except Exception:  # noqa: BLE001 - the MemoryManager times a lost round out by itself
+                logger.warning("could not answer the spill round cut short by a restart")
+
+    async def _finish_purges(self) -> None:
+        """Run the purges a crash cut short again, as steps of their ids (owned by this incarnation)."""
+        steps = []
+        for (app_id, shuffle_id), (ref, reason) in list(self.ledger.purges.items()):
+            if shuffle_id is None:
+                steps.append(self._app_step(app_id, partial(self._release_app, app_id, ref, reason)))
+            else:
+                steps.append(self._app_step(app_id, partial(self._purge_shuffle, app_id, shuffle_id)))
+        for result in await asyncio.gather(*steps, return_exceptions=True):
+            if isinstance(result, Exception):  # stays in the ledger: the next incarnation tries again
+                logger.opt(exception=result).error("an interrupted purge failed again: {!r}", result)
 
     def receive(self, msg: AppManagerMsg):
         match msg:
@@ -161,13 +222,14 @@ class AppManagerActor(Actor):
             case PurgeApp(app_id=app_id, reason=reason):
                 return self._purge(app_id, reason)
             case PurgeAppShuffle(app_id=app_id, shuffle_id=shuffle_id):
+                self.ledger.purges[(app_id, shuffle_id)] = (None, "shuffle unregistered")
                 return self._app_step(app_id, partial(self._purge_shuffle, app_id, shuffle_id))
             case CheckExpiredApps():
                 return self._expiry_sweeps() if self.sweeps.request(msg) else None
             case ListApps():
                 return self._list_apps()
             case GetHistory():
-                return list(self.history)
+                return list(self.ledger.history)
             case FlushAllApps():
                 return self._flush_all()
             case SpillLargest():
@@ -213,7 +275,11 @@ class AppManagerActor(Actor):
             await disk.tell(UnfenceApp(app_id))
         # temporary: a crashed app is purged, never silently restarted with lost data
         spec = ChildSpec(f"app:{app_id}", partial(self.app_factory, app_id), RestartPolicy.TEMPORARY)
-        if self.apps_supervisor is not None:
+        orphan = self.system.get(spec.name)
+        if orphan is not None and orphan.is_alive:
+            # started by a registration that a crash of this actor cut short: adopt it
+            ref = orphan
+        elif self.apps_supervisor is not None:
             ref = await self.system.start_child(self.apps_supervisor, spec)
         else:
             ref = await self.system.spawn(spec.factory(), name=spec.name)
@@ -234,6 +300,7 @@ class AppManagerActor(Actor):
             del self.directory[app_id]
         else:
             ref = self.directory.pop(app_id, None)
+        self.ledger.purges[(app_id, None)] = (ref, reason)  # from now on it happens, crash or not
         return self._app_step(app_id, partial(self._release_app, app_id, ref, reason))
 
     async def _release_app(self, app_id: str, ref: ActorRef | None, reason: str) -> None:
@@ -242,9 +309,11 @@ class AppManagerActor(Actor):
         await self.memory.tell(PurgeAppMemory(app_id=app_id))
         for disk in self.disks:
             await disk.tell(PurgeFiles(app_id=app_id))
-        self.purged_total += 1
-        self.history.append({"app_id": app_id, "reason": reason,
-                             "purged_epoch_ms": int(self.clock.time() * 1000)})
+        ledger = self.ledger
+        ledger.purges.pop((app_id, None), None)
+        ledger.purged_total += 1
+        ledger.history.append({"app_id": app_id, "reason": reason,
+                               "purged_epoch_ms": int(self.clock.time() * 1000)})
         logger.bind(app_id=app_id).info("app {} purged: {}", app_id, reason)
 
     async def _purge_shuffle(self, app_id: str, shuffle_id: int) -> None:
@@ -258,6 +327,7 @@ class AppManagerActor(Actor):
         await self.memory.tell(PurgeAppMemory(app_id=app_id, shuffle_id=shuffle_id))
         for disk in self.disks:
             await disk.tell(PurgeFiles(app_id=app_id, shuffle_id=shuffle_id, epoch=epoch))
+        self.ledger.purges.pop((app_id, shuffle_id), None)
         logger.bind(app_id=app_id).info("shuffle {} of app {} purged", shuffle_id, app_id)
 
     # ------------------------------------------------------------- fan-outs
@@ -315,10 +385,13 @@ class AppManagerActor(Actor):
         """Spill rounds until no further one was requested meanwhile; each is answered with SpillRoundDone."""
         while msg is not None:
             scheduled = 0
+            self.ledger.round_reply_to = msg.reply_to
             try:
                 scheduled = await self._spill_largest(msg.target_bytes)
             finally:
-                await msg.reply_to.tell(SpillRoundDone(scheduled))
+                if self.ledger.round_reply_to is msg.reply_to:
+                    self.ledger.round_reply_to = None
+                    msg.reply_to.tell_nowait(SpillRoundDone(scheduled))  # the MemoryManager's mailbox is huge
             msg = self.spill_rounds.finished()
 
     async def _spill_largest(self, target_bytes: int) -> int:

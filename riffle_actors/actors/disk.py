@@ -22,6 +22,15 @@ its appends stay ordered behind whatever the previous incarnation left running, 
 fences still hold. An unexpected exception (not an ``OSError``) crashes the actor; its
 supervisor restarts it and the SpillDispatcher retries the spill.
 
+**What survives a crash** (a permanent child of the storage supervisor): the ``DiskResources``
+(threads, IO layer, fences, counters, failed purges) and the mailbox. Work already handed to the
+threads finishes whatever happens to the incarnation (only the waiting for it is cancelled: an
+asker gets ``ActorDeadError``; the SpillDispatcher writes the batch again). Messages queued behind
+the crash (``PurgeFiles``, ``UnfenceApp``, writes, reads) are handled by the next incarnation, in
+order. Purges are idempotent (deleting what is gone is a no-op) and an app purge whose deletion
+failed is retried by the next ``PurgeFiles``, by every new incarnation and by ``RetryFailedPurges``
+(told by the timer every app expiry check interval), until it succeeds or the app id registers again, so a purged app's files are not leaked by a crash or a transient IO error.
+
 Its messages, replies and errors live in ``riffle_actors.actors.storage_messages``.
 
 See also: ``riffle_actors.io.localfile`` (the blocking operations), ``riffle_actors.actors.spill``,
@@ -31,13 +40,16 @@ See also: ``riffle_actors.io.localfile`` (the blocking operations), ``riffle_act
 from __future__ import annotations
 
 import asyncio
+import os
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 
 from loguru import logger
 
 from riffle_actors.actors.storage_messages import (
+    AppendMeta,
     AppPurgedError,
     DiskInfo,
     DiskIOError,
@@ -52,6 +64,7 @@ from riffle_actors.actors.storage_messages import (
 )
 from riffle_actors.errors import RiffleError
 from riffle_actors.io.local import LOCAL_IO, LocalIO
+from riffle_actors.io.meta_store import meta_path
 from riffle_actors.runtime import Actor, ActorRef
 
 _FENCE_LIMIT = 10_000
@@ -77,8 +90,12 @@ class DiskResources:
     root_ready: bool = False
     written_bytes: int = 0   # counters of the disk, not of one incarnation
     write_failures: int = 0
+    # app purges whose deletion failed: tried again by the next PurgeFiles and every new incarnation,
+    # forgotten when the app id registers again (``UnfenceApp``: the files would be the new app's)
+    failed_purges: set[str] = field(default_factory=set)
     _writer: ThreadPoolExecutor | None = None
     _reader: ThreadPoolExecutor | None = None
+    _meta: ThreadPoolExecutor | None = None
 
     @property
     def writer(self) -> ThreadPoolExecutor:
@@ -92,15 +109,28 @@ class DiskResources:
             self._reader = ThreadPoolExecutor(self.read_threads, thread_name_prefix=f"disk-r-{self.name}")
         return self._reader
 
+    @property
+    def meta(self) -> ThreadPoolExecutor:
+        """The metadata log's own thread: a report never waits behind a big (or hung) spill write."""
+        if self._meta is None:
+            self._meta = ThreadPoolExecutor(1, thread_name_prefix=f"disk-m-{self.name}")
+        return self._meta
+
     def close(self) -> None:
         """Stop taking work; never waits (a thread may be stuck in the kernel on a dying disk)."""
-        for pool in (self._writer, self._reader):
+        for pool in (self._writer, self._reader, self._meta):
             if pool is not None:
                 pool.shutdown(wait=False, cancel_futures=True)
-        self._writer = self._reader = None
+        self._writer = self._reader = self._meta = None
 
 
-DiskMsg = WriteBatch | ReadIndex | ReadData | PurgeFiles | UnfenceApp | GetDiskInfo
+@dataclass(frozen=True, slots=True)
+class RetryFailedPurges:
+    """Told by the timer: delete again the apps whose purge failed on this disk (usually none)."""
+
+
+DiskMsg = (WriteBatch | ReadIndex | ReadData | PurgeFiles | UnfenceApp | GetDiskInfo | RetryFailedPurges
+           | AppendMeta)
 
 
 class DiskActor(Actor):
@@ -120,6 +150,8 @@ class DiskActor(Actor):
         # incarnation left stuck on the writer thread. On that thread all the same (a hung disk must
         # not block the event loop); a disk failing here still starts, its writes fail and the
         # monitor quarantines it (appends create the directories they need anyway).
+        if self.res.failed_purges:
+            self._retry_failed_purges()
         if self.res.root_ready:
             return
         try:
@@ -159,13 +191,25 @@ class DiskActor(Actor):
                 self._fenced[key] = max(self._fenced.pop(key, -1), msg.epoch)
                 while len(self._fenced) > _FENCE_LIMIT:
                     self._fenced.popitem(last=False)
-                return self._wrap("purge", loop.run_in_executor(
-                    self.res.writer, self.res.local_io.remove_app, self.root, msg.app_id, msg.shuffle_id))
+                if self.res.failed_purges:
+                    self._retry_failed_purges(skip=msg.app_id)
+                return self._wrap("purge", self._submit_purge(msg.app_id, msg.shuffle_id))
+            case AppendMeta(entries=entries):
+                # on the metadata thread; fences are checked now (mailbox order with the purges) and
+                # again on the thread before and after the write (see _append_meta)
+                todo = [None if self._is_fenced(e.app_id, e.shuffle_id, e.epoch) else e for e in entries]
+                return self._wrap("metadata append", loop.run_in_executor(
+                    self.res.meta, _append_meta, self.res.local_io, self.root, self.disk_name, todo,
+                    self._is_fenced))
             case UnfenceApp(app_id=app_id):
                 # late spills of the purged incarnation are dropped by the SpillDispatcher (their
                 # owner is dead); writes queued after this message belong to the new incarnation
                 for key in [k for k in self._fenced if k[0] == app_id]:
                     del self._fenced[key]
+                self.res.failed_purges.discard(app_id)
+            case RetryFailedPurges():
+                if self.res.failed_purges:
+                    self._retry_failed_purges()
             case GetDiskInfo(with_usage=with_usage):
                 if not with_usage:
                     return DiskInfo(self.disk_name, self.root, 0, 0, self.res.written_bytes,
@@ -174,6 +218,21 @@ class DiskActor(Actor):
                 return self._info(loop.run_in_executor(self.res.reader, self.res.local_io.usage, self.root))
             case _:
                 raise TypeError(f"unexpected message {msg!r}")
+
+    def _submit_purge(self, app_id: str, shuffle_id: int | None) -> asyncio.Future:
+        """Queue a deletion on the writer thread. It runs whatever happens to this incarnation (a crash
+        does not cancel the thread's work); an app purge that fails is kept for a retry."""
+        fut = asyncio.get_running_loop().run_in_executor(
+            self.res.writer, self.res.local_io.remove_app, self.root, app_id, shuffle_id)
+        if shuffle_id is None:
+            fut.add_done_callback(partial(_purge_done, self.res, app_id))
+        return fut
+
+    def _retry_failed_purges(self, skip: str | None = None) -> None:
+        for app_id in sorted(self.res.failed_purges - {skip}):
+            logger.bind(disk=self.disk_name, app_id=app_id).info("disk {}: retrying the purge of app {}",
+                                                                 self.disk_name, app_id)
+            self._submit_purge(app_id, None).add_done_callback(_consume)
 
     async def _timed(self, op: str, fut: asyncio.Future):
         """Await an IO future within ``io_timeout_s``; the thread itself cannot be interrupted."""
@@ -223,6 +282,51 @@ class DiskActor(Actor):
             except Exception as e:  # noqa: BLE001 - the failure still reaches the caller
                 logger.bind(disk=self.disk_name).warning("could not report {} to the disk monitor: {!r}", op, e)
         return err
+
+
+def _purge_done(res: DiskResources, app_id: str, fut: asyncio.Future) -> None:
+    if fut.cancelled() or fut.exception() is not None:
+        res.failed_purges.add(app_id)
+    else:
+        res.failed_purges.discard(app_id)
+
+
+def _append_meta(local_io: LocalIO, root: str, disk: str, entries: list, is_fenced) -> tuple:
+    """On the metadata thread: each entry's records (None: fenced); per entry None or its exception.
+
+    A purge sets its fence on the event loop before its ``rmtree`` runs on the writer thread, so an
+    append that finds no fence before writing but one after may have raced the ``rmtree``: it removes
+    what it wrote (the file and the directories it left empty).
+    """
+    out: list[BaseException | None] = []
+    for e in entries:
+        if e is None or is_fenced(e.app_id, e.shuffle_id, e.epoch):
+            out.append(AppPurgedError("the shuffle was purged; metadata not written"))
+            continue
+        try:
+            local_io.append_meta(root, e.app_id, e.shuffle_id, e.records)
+        except OSError as exc:
+            out.append(DiskIOError(disk, "metadata append", exc))
+            continue
+        if is_fenced(e.app_id, e.shuffle_id, e.epoch):
+            _remove_meta(root, e.app_id, e.shuffle_id)
+            out.append(AppPurgedError("the shuffle was purged; metadata removed"))
+        else:
+            out.append(None)
+    return tuple(out)
+
+
+def _remove_meta(root: str, app_id: str, shuffle_id: int) -> None:
+    path = meta_path(root, app_id, shuffle_id)
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+    for d in (os.path.dirname(path), os.path.dirname(os.path.dirname(path))):
+        try:
+            os.rmdir(d)  # only if empty
+        except OSError:
+            break
 
 
 def _consume(fut: asyncio.Future) -> None:

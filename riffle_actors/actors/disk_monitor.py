@@ -17,7 +17,10 @@ to every subscriber (given at construction) as ``DiskHealthChanged`` (the SpillD
 its queue on it).
 Rounds never overlap: a round asked while one runs waits for that one.
 
-Supervision: permanent, under the storage supervisor. The board outlives its incarnations;
+Supervision: permanent, under the storage supervisor. The board (every verdict, failure count and
+probation) outlives its incarnations, and so does the mailbox: ``DiskIOFailed`` reports and
+``RunProbeRound`` asks queued behind a crash are handled by the next incarnation; a round in
+progress is cancelled and its asker gets ``ActorDeadError`` (the timer asks again next interval);
 the probe fleet is shut down by ``on_stop`` (its workers exit; a hung one is SIGKILLed) and
 started again lazily by the next incarnation's first round. The fleet lives on the probe
 thread, which lives as long as the incarnation: a worker is killed by the kernel when the

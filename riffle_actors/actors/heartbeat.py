@@ -14,7 +14,21 @@ sends run in a task of their own, so nothing in the server ever waits on a coord
 snapshot that cannot be built skips one round, never the loop.
 
 Messages: ``SendHeartbeatNow`` (send a round at once, e.g. after a status change; replies
-``{target: ok}``) and ``GetHeartbeatStats``.
+``{target: ok}``), ``AnnounceStopping`` and ``GetHeartbeatStats``.
+
+Stopping is announced: on a graceful stop the server asks ``AnnounceStopping`` before it closes its
+ports. From then on every heartbeat this actor sends says ``DECOMMISSIONED`` (whatever the snapshot
+says), and one round goes out at once to every coordinator, bounded by the message's timeout. A
+coordinator assigns only ACTIVE servers, so a stopping server gets no new apps during the seconds
+its coordinators would otherwise wait for the heartbeat timeout. A restarted server heartbeats
+ACTIVE again and is assignable at once. The flag lives in this incarnation only: a restart of the
+actor while the server stops would send at most one ACTIVE round until the server's ports close.
+
+**What survives a crash** (a permanent child of the root): nothing but the mailbox, and nothing else
+needs to. The links are closed by ``on_stop`` and opened again by the next incarnation, whose first
+round goes out at once, so a crash costs at most one late heartbeat (well inside the coordinator's
+timeout). A ``SendHeartbeatNow`` being answered fails with ``ActorDeadError``; queued ones are
+answered by the next incarnation. The counters of ``GetHeartbeatStats`` start again from zero.
 
 It does not cover: the wire (``riffle_actors.transport.coordinator_client`` implements
 ``CoordinatorLink`` over gRPC and maps each snapshot field to the protobuf request), computing the
@@ -25,7 +39,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from loguru import logger
@@ -120,6 +134,17 @@ class SendHeartbeatNow:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class AnnounceStopping:
+    """The server is stopping: heartbeat ``DECOMMISSIONED`` from now on, one round at once.
+
+    Replies ``{coordinator: True/False}`` within ``timeout_s`` (a coordinator that does not answer
+    in time counts as False; the stop never waits longer for it).
+    """
+
+    timeout_s: float = 2.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GetHeartbeatStats:
     """Replies ``HeartbeatStats``."""
 
@@ -132,7 +157,10 @@ class HeartbeatStats:
     reachable: dict[str, bool] = field(default_factory=dict)
 
 
-HeartbeatMsg = SendHeartbeatNow | GetHeartbeatStats
+HeartbeatMsg = SendHeartbeatNow | AnnounceStopping | GetHeartbeatStats
+
+#: The status a stopping server reports (Uniffle: "done draining, about to leave").
+STOPPING_STATUS = "DECOMMISSIONED"
 
 
 class HeartbeatActor(Actor):
@@ -159,6 +187,7 @@ class HeartbeatActor(Actor):
         self._warn = RateLimitedLog(warn_every_s, monotonic=self.clock.monotonic)
         self._links: dict[str, CoordinatorLink] = {}
         self._reachable: dict[str, bool] = {}
+        self.stopping = False
         self.rounds = 0
         self.sent_ok = 0
         self.failed = 0
@@ -179,6 +208,9 @@ class HeartbeatActor(Actor):
         match msg:
             case SendHeartbeatNow():
                 return self._round()
+            case AnnounceStopping(timeout_s=timeout_s):
+                self.stopping = True
+                return self._announce(timeout_s)
             case GetHeartbeatStats():
                 return HeartbeatStats(
                     rounds=self.rounds, sent_ok=self.sent_ok, failed=self.failed, reachable=dict(self._reachable)
@@ -192,23 +224,39 @@ class HeartbeatActor(Actor):
             await self._round()
             await self.clock.sleep(max(0.0, next_at - self.clock.monotonic()))
 
-    async def _round(self) -> dict[str, bool]:
+    async def _announce(self, timeout_s: float) -> dict[str, bool]:
+        if not self._links:
+            return {}
+        results = await self._round(timeout_s)
+        told = sorted(t for t, ok in results.items() if ok)
+        missed = sorted(t for t in self._links if not results.get(t))
+        if missed:
+            logger.warning("announced the stop to {} of {} coordinators; not reached: {}",
+                           len(told), len(self._links), ", ".join(missed))
+        else:
+            logger.info("announced the stop to every coordinator ({})", ", ".join(told))
+        return results
+
+    async def _round(self, timeout_s: float | None = None) -> dict[str, bool]:
         try:
             snapshot = self.snapshot()
         except Exception:  # noqa: BLE001 - a broken snapshot skips one round, never the loop
             logger.exception("cannot build the heartbeat; skipping this round")
             return {}
+        if self.stopping:
+            snapshot = replace(snapshot, status=STOPPING_STATUS, is_healthy=False)
         self.rounds += 1
         targets = list(self._links)
-        results = await asyncio.gather(*(self._send(t, snapshot) for t in targets))
+        timeout = self.interval_s if timeout_s is None else min(timeout_s, self.interval_s)
+        results = await asyncio.gather(*(self._send(t, snapshot, timeout) for t in targets))
         return dict(zip(targets, results))
 
-    async def _send(self, target: str, snapshot: HeartbeatSnapshot) -> bool:
+    async def _send(self, target: str, snapshot: HeartbeatSnapshot, timeout_s: float) -> bool:
         link = self._links.get(target)
         if link is None:
             return False
         try:
-            ack = await link.send_heartbeat(snapshot, self.interval_s)
+            ack = await link.send_heartbeat(snapshot, timeout_s)
             ok, problem = ack.ok, ack.problem
         except Exception as e:  # noqa: BLE001 - never let one coordinator break the loop
             ok, problem = False, repr(e)

@@ -7,6 +7,17 @@ buffer, converts the reservation into used bytes. Tickets not used in time are r
 high watermark, it asks the AppManager to spill the largest buffers down to the low
 watermark, one round at a time.
 
+**What survives a crash** (a permanent child of the root). The accounting: the ``MemoryBudget``
+and the ``TicketBook`` are the server's, handed to every incarnation, and every message changes
+them in one synchronous step, so a crash between two messages leaves them exact. The mail: the
+tells that carry accounting (``CommitTicket``, ``MarkInFlight``, ``ReleaseMemory``,
+``PurgeAppMemory``) and the asks queued behind the crash wait in the mailbox, which outlives the
+incarnation, and the next one applies them in order; an ask being handled when it crashed is
+answered with the error (a ``requireBuffer`` then reserved nothing, or its ticket is in the book and
+expires). Lost with the incarnation: whether a spill round is under way (the next incarnation starts
+a new round on its next commit; a duplicate round only spills a little early) and the counters
+``expired_tickets_total`` / ``spill_rounds_total`` / the high-watermark timer, which start again.
+
 See also: ``riffle_actors.state.budget``, ``riffle_actors.state.tickets``, ``riffle_actors.actors.app_manager``.
 """
 

@@ -17,7 +17,8 @@ Messages and what the actor does with them:
 - ``ReadPart``: getMemoryShuffleData (in-flight then staging after ``lastBlockId``).
 - ``SpillPart`` / ``FlushPart``: spill staging now (a watermark round, a huge partition) /
   and answer once every batch in flight is on disk (finishShuffle, graceful shutdown).
-- ``SpillCompleted`` (from the SpillDispatcher): drop the batch, ``ReleaseMemory`` its bytes.
+- ``SpillCompleted`` (from the SpillDispatcher): drop the batch, ``ReleaseMemory`` its bytes;
+  the partition's first batch on a disk also queues a ``SEGMENT`` record in the metadata log.
 - ``PurgePart`` (the shuffle's purge): release what it holds, answer waiters, stop.
 
 Memory is exact because this actor is the one that knows what it holds: every byte reaches
@@ -46,11 +47,14 @@ from typing import Any
 from loguru import logger
 
 from riffle_actors.actors.memory import CommitTicket, MarkInFlight, ReleaseMemory
+from riffle_actors.actors.meta_log import ShuffleMetaLog
 from riffle_actors.actors.spill import SpillCompleted, SpillJob
 from riffle_actors.errors import InternalError, RiffleError
+from riffle_actors.protocol.shuffle_meta import SEGMENT, encode_segment
 from riffle_actors.records import Block
 from riffle_actors.runtime import Actor, ActorRef
 from riffle_actors.state.partition import PartitionFigures, PartitionState, SpillLimits
+from riffle_actors.state.tier_policy import HDFS_TIER
 
 
 # ---------------------------------------------------------------------------- replies
@@ -187,6 +191,7 @@ class PartitionContext:
     memory: ActorRef
     spill: ActorRef
     open_sends: set[SendTicket]  # the app's sends not settled yet (the AppActor's registry of them)
+    meta: ShuffleMetaLog | None = None  # the durable metadata log (segment records)
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,14 +338,25 @@ class PartitionActor(Actor):
         ctx.spill.tell_nowait(SpillJob(app_id=ctx.app_id, shuffle_id=ctx.shuffle_id,
                                        partition_id=self.partition_id, flight_id=flight.flight_id,
                                        blocks=flight.blocks, preferred_disk=disks[-1] if disks else None,
-                                       reply_to=self.ref, epoch=ctx.epoch))
+                                       reply_to=self.ref, epoch=ctx.epoch, huge=self.state.figures.huge))
         return flight.size
 
     def _complete(self, done: SpillCompleted) -> None:
         ctx = self.ctx
         if (done.epoch, done.shuffle_id, done.partition_id) != (ctx.epoch, ctx.shuffle_id, self.partition_id):
             return  # not ours (cannot happen while jobs carry this actor as reply_to)
+        figures = self.state.figures
+        disks_before, on_hdfs_before = len(figures.disks), figures.hdfs_bytes > 0
         released = self.state.complete_spill(done.flight_id, done.disk, done.data_bytes)
+        if ctx.meta is not None:
+            if len(figures.disks) > disks_before:
+                # the partition has files on one more disk: its segment order, for a restarted server
+                ctx.meta.append(ctx.app_id, ctx.shuffle_id, ctx.epoch, SEGMENT,
+                                encode_segment(self.partition_id, figures.disks[-1]), wait=False)
+            elif figures.hdfs_bytes > 0 and not on_hdfs_before:
+                # blocks on the HDFS tier: a restarted server must not count them as lost
+                ctx.meta.append(ctx.app_id, ctx.shuffle_id, ctx.epoch, SEGMENT,
+                                encode_segment(self.partition_id, HDFS_TIER), wait=False)
         if released:
             self._flush_open_sends()
             ctx.memory.tell_nowait(ReleaseMemory(app_id=ctx.app_id, size=released, was_in_flight=True))

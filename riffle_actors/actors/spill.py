@@ -51,6 +51,7 @@ from riffle_actors.records import Block
 from riffle_actors.state.disk_health import DiskHealthBoard
 from riffle_actors.state.spill_plan import BatchKey, SpillAttempt, SpillPlan, SpillQueue, SpillRetryPolicy, \
     StuckSpill, WaitFor
+from riffle_actors.state.tier_policy import HDFS_TIER
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,6 +64,7 @@ class SpillJob:
     preferred_disk: str | None
     reply_to: ActorRef
     epoch: int = 0  # incarnation of the shuffle (``ShuffleState.epoch``), echoed in SpillCompleted
+    huge: bool = False  # the partition is huge (the HDFS tier policy may send it to HDFS)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -104,29 +106,64 @@ class SpillStats:
 SpillMsg = SpillJob | DiskHealthChanged | GetSpillStats
 
 
+class SpillBacklog:
+    """What the SpillDispatcher keeps across its restarts: the queue with its running table, the plan
+    (held-out disks, re-route and stuck counters) and the stats. The server creates it once and hands
+    it to every incarnation."""
+
+    def __init__(self, disks: dict[str, ActorRef], *, max_concurrency: int = 8,
+                 retry: SpillRetryPolicy | None = None):
+        self.plan = SpillPlan(disks, retry)
+        self.queue: SpillQueue[SpillJob] = SpillQueue(max_concurrency)
+        self.stats = SpillStats()
+
+
 class SpillDispatcherActor(Actor):
     """Carries out the ``SpillPlan``'s decisions: asks the Disk actors, pauses on its clock, reports.
 
     The plan decides (disk, retry, pause, stuck); this actor does the IO. Pauses run on the
     injected ``Clock`` (a ``ManualClock`` in tests) and end early when a ``DiskHealthChanged``
-    says a disk is back. Nothing of it survives a restart but the health board it reads.
+    says a disk is back.
+
+    **What survives a crash.** Every batch it accepted, until its owner is told: the queue and its
+    running table live in the ``SpillBacklog`` (``backlog``), which outlives the incarnation, and a
+    batch leaves the running table only after its ``SpillCompleted`` was told (or its app was found
+    purged). A crash cancels the incarnation's write tasks; the next incarnation's ``on_start`` runs
+    every batch of the running table again, before the queue. A batch whose write had reached a disk
+    before the crash is written again: the reader de-duplicates by block id (as after a Disk actor
+    crash), and the data is in memory until the owner hears ``SpillCompleted``, so no batch stays in
+    flight forever and ``finishShuffle`` never waits on a dead incarnation. The SpillJob tells queued
+    meanwhile wait in the mailbox (which outlives the incarnation too). Only the wake-ups of pausing
+    batches and the log rate limiter are per incarnation. Without a ``backlog`` (unit tests) each
+    incarnation makes its own and a crash forgets it.
     """
 
     mailbox_size = 1_000_000  # one tell per in-flight batch; refusing one would lose track of memory
 
     def __init__(self, disks: dict[str, ActorRef], *, max_concurrency: int = 8, clock: Clock | None = None,
                  on_spilled=None, on_spill_failed=None, health: DiskHealthBoard,
-                 retry: SpillRetryPolicy | None = None):
+                 retry: SpillRetryPolicy | None = None, backlog: SpillBacklog | None = None, hdfs=None):
+        self.hdfs = hdfs  # an HdfsSpillRoute (riffle_actors.actors.hdfs_writer) when store_type has HDFS
         self.disks = disks  # name -> DiskActor ref, in data_paths order
         self.health = health
         self.clock = clock or SystemClock()
         self.on_spilled = on_spilled  # metrics hook: (disk, data_bytes, seconds)
         self.on_spill_failed = on_spill_failed  # metrics hook: (disk,)
-        self.plan = SpillPlan(disks, retry)
-        self.queue: SpillQueue[SpillJob] = SpillQueue(max_concurrency)
+        if backlog is None:
+            backlog = SpillBacklog(disks, max_concurrency=max_concurrency, retry=retry)
+        self.backlog = backlog
+        self.plan = backlog.plan
+        self.queue = backlog.queue
+        self.stats = backlog.stats
         self._no_disk_log = RateLimitedLog(10.0, monotonic=self.clock.monotonic)
         self._pauses: set[Callable[[], None]] = set()  # wake-ups of the batches pausing now
-        self.stats = SpillStats()
+
+    async def on_start(self) -> None:
+        again = self.queue.restart()  # after a crash: the batches the last incarnation was writing
+        if again:
+            logger.warning("spill dispatcher restarted: writing {} interrupted batch(es) again ({} queued)",
+                           len(again), self.queue.pending)
+        self._start(again)
 
     def healthy_disks(self) -> list[str]:
         """Disks that may take data now: placeable on the board and not held out by a message."""
@@ -164,17 +201,17 @@ class SpillDispatcherActor(Actor):
             self.spawn(self._run(job))
 
     async def _run(self, job: SpillJob) -> None:
+        # No ``finally``: a batch interrupted by the end of this incarnation (cancelled, or a crash)
+        # stays in the running table, and the next incarnation writes it again (see the class).
+        disk = await self._write_until_done(job)
+        data_bytes = sum(len(b.data) for b in job.blocks)
         try:
-            disk = await self._write_until_done(job)
-            data_bytes = sum(len(b.data) for b in job.blocks)
-            try:
-                await job.reply_to.tell(SpillCompleted(shuffle_id=job.shuffle_id, partition_id=job.partition_id,
-                                                       flight_id=job.flight_id, disk=disk, data_bytes=data_bytes,
-                                                       epoch=job.epoch))
-            except ActorDeadError:
-                pass  # the app was purged or crashed; its memory went with the purge
-        finally:
-            self._start(self.queue.finished())
+            await job.reply_to.tell(SpillCompleted(shuffle_id=job.shuffle_id, partition_id=job.partition_id,
+                                                   flight_id=job.flight_id, disk=disk, data_bytes=data_bytes,
+                                                   epoch=job.epoch))
+        except ActorDeadError:
+            pass  # the app was purged or crashed; its memory went with the purge
+        self._start(self.queue.finished(job))  # no await since the tell: the owner knows, the slot is free
 
     async def _write_until_done(self, job: SpillJob) -> str | None:
         """Write ``job`` until a disk acknowledges it (its disk) or its app is gone (None)."""
@@ -187,6 +224,9 @@ class SpillDispatcherActor(Actor):
                     # the owning app was purged: its data is not wanted, and must not reach the files
                     # of a later app registered with the same id
                     return None
+                if self.hdfs is not None and await self.hdfs.try_spill(job, len(self.healthy_disks())):
+                    self.stats.completed += 1
+                    return HDFS_TIER  # the HDFS tier acknowledged it (else: local disks, below)
                 step = self.plan.next_step(attempt, self.healthy_disks())
                 if isinstance(step, WaitFor):
                     if step.no_disk:

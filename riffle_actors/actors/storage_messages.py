@@ -5,7 +5,8 @@ them, so that no storage actor imports another one for its messages (before, ``d
 ``disk_monitor``, which imported ``spill``, which imported ``disk``: an import cycle).
 
 - To a ``DiskActor`` (``riffle_actors.actors.disk``): ``WriteBatch`` (replies ``WriteResult``),
-  ``ReadIndex``, ``ReadData``, ``PurgeFiles``, ``UnfenceApp``, ``GetDiskInfo`` (replies ``DiskInfo``).
+  ``ReadIndex``, ``ReadData``, ``PurgeFiles``, ``UnfenceApp``, ``GetDiskInfo`` (replies ``DiskInfo``),
+  ``AppendMeta`` (replies one error or None per entry).
   Failures: ``DiskIOError`` (classified by ``IOErrorKind``), ``AppPurgedError``.
 - To the ``DiskMonitorActor`` (``riffle_actors.actors.disk_monitor``): ``RunProbeRound``,
   ``DiskIOFailed``, ``DiskIOSucceeded``, ``GetProbeStats`` (replies ``ProbeStats``).
@@ -90,6 +91,25 @@ class PurgeFiles:
     app_id: str
     shuffle_id: int | None = None
     epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class MetaEntry:
+    """Records for one shuffle's metadata log (``riffle_actors.protocol.shuffle_meta``): (kind, body) each."""
+
+    app_id: str
+    shuffle_id: int
+    epoch: int
+    records: tuple[tuple[int, bytes], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AppendMeta:
+    """Append metadata records (a batch of several shuffles' entries) on the disk's writer thread, after
+    the writes and purges queued before it. Replies a tuple with, per entry, None (written) or the
+    exception (``AppPurgedError`` for a fenced shuffle, ``DiskIOError``)."""
+
+    entries: tuple[MetaEntry, ...]
 
 
 @dataclass(frozen=True, slots=True)

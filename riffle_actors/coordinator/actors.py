@@ -86,6 +86,16 @@ class SetServerStatus:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SetServerTags:
+    """Add / remove operator tags; replies the server's new ``ServerView`` (``ValueError`` for a tag
+    the server reports itself)."""
+
+    server_id: str
+    add: tuple[str, ...] = ()
+    remove: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RegistryStats:
     """Replies ``ClusterRegistry.stats()`` (admission counters for ``/api/health``)."""
 
@@ -99,7 +109,7 @@ class SetExcluded:
 
 ClusterMsg = (
     Tick | Heartbeat | AssignShuffle | ListServers | CountCandidates | SetServerStatus | SetExcluded
-    | RegistryStats
+    | RegistryStats | SetServerTags
 )
 
 
@@ -130,7 +140,12 @@ class ListApps:
     historical: bool = False
 
 
-AppMsg = Tick | RegisterApp | AppHeartbeat | RecordAssignment | ListApps
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AppStats:
+    """Replies ``{"active", "historical", "expired_total", "registered_total"}`` (coordinator metrics)."""
+
+
+AppMsg = Tick | RegisterApp | AppHeartbeat | RecordAssignment | ListApps | AppStats
 
 
 # ----------------------------------------------------------------------------- actors
@@ -201,6 +216,11 @@ class ClusterActor(_Ticking):
                     raise UnknownServerError(sid)
                 self.registry.set_operator_status(sid, status)
                 return next(v for v in self.registry.views() if v.node.id == sid)
+            case SetServerTags(server_id=sid, add=add, remove=remove):
+                if self.registry.get(sid) is None:
+                    raise UnknownServerError(sid)
+                self.registry.set_operator_tags(sid, add=add, remove=remove)
+                return next(v for v in self.registry.views() if v.node.id == sid)
             case SetExcluded(server_ids=ids):
                 self.registry.set_excluded(ids)
             case Tick():
@@ -231,6 +251,8 @@ class AppRegistryActor(_Ticking):
             case ListApps(historical=historical):
                 views: list[AppView] = self.registry.history() if historical else self.registry.active()
                 return views
+            case AppStats():
+                return self.registry.stats()
             case Tick():
                 self.registry.expire()
             case _:

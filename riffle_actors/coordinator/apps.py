@@ -60,6 +60,7 @@ class AppRegistry:
         self._apps: dict[str, _App] = {}
         self._history: deque[AppView] = deque(maxlen=history_size)
         self.expired_total = 0
+        self.registered_total = 0
 
     def _touch(self, app_id: str) -> _App:
         now_m, now_ms = self.clock.monotonic(), int(self.clock.time() * 1000)
@@ -67,6 +68,7 @@ class AppRegistry:
         if app is None:
             app = _App(app_id=app_id, registered_epoch_ms=now_ms, last_heartbeat_monotonic=now_m, last_heartbeat_epoch_ms=now_ms)
             self._apps[app_id] = app
+            self.registered_total += 1
             logger.info("app {} registered", app_id)
         else:
             app.last_heartbeat_monotonic, app.last_heartbeat_epoch_ms = now_m, now_ms
@@ -101,6 +103,11 @@ class AppRegistry:
             logger.info("app {} expired: no heartbeat for {}s", app.app_id, self.heartbeat_timeout_s)
         self.expired_total += len(gone)
         return [a.app_id for a in gone]
+
+    def stats(self) -> dict[str, int]:
+        """Counts for the coordinator's metrics."""
+        return {"active": len(self._apps), "historical": len(self._history),
+                "expired_total": self.expired_total, "registered_total": self.registered_total}
 
     def __contains__(self, app_id: object) -> bool:
         return app_id in self._apps

@@ -9,9 +9,13 @@ by the server id ``"<ip>-<grpcPort>[-<nettyPort>]"``) and the rules of spec §7.
   coordinator we do expire dead servers, and a stale node is never a candidate even before
   the next sweep;
 - the reported status is the heartbeat's ``status`` field, except that ``isHealthy=false``
-  makes it UNHEALTHY (what Riffle and the Java coordinator do with that field);
+  makes it UNHEALTHY (what Riffle and the Java coordinator do with that field); a server that
+  stops gracefully announces it with a DECOMMISSIONED heartbeat, which ends its assignments at once;
 - an operator override (HTTP ``POST /api/servers/{id}/status``) can force DECOMMISSIONING;
-  it survives expiry so a restarted server stays drained;
+  it survives expiry so a restarted server stays drained; DECOMMISSIONED (``riffle-ctl instance
+  kill``) takes the server out of every assignment until an operator sets ACTIVE again;
+- operator tags (HTTP ``POST /api/servers/{id}/tags``) are added to the tags the server reports
+  when matching ``requireTags``; they survive expiry too;
 - candidates for an assignment are ACTIVE, not in the exclude list, not in the request's
   ``faultyServerIds`` and offer every required tag. When there are too few, the error says
   how many servers were dropped by which rule, and names a required tag that no server offers
@@ -150,6 +154,13 @@ class ServerView:
     assigned_partitions: int
     total_assigned_partitions: int
     peer_host: str | None = None
+    operator_tags: frozenset[str] = frozenset()  # tags an operator added (``set_operator_tags``)
+    heartbeat_age_s: float = 0.0  # seconds since the last heartbeat (injected clock)
+
+    @property
+    def tags(self) -> frozenset[str]:
+        """The tags assignments match: the server's own plus the operator's."""
+        return self.node.tags | self.operator_tags
 
 
 @dataclass(slots=True)
@@ -186,6 +197,7 @@ class ClusterRegistry:
         self._per_host: Counter[str] = Counter()
         self._excluded: frozenset[str] = frozenset()
         self._overrides: dict[str, ServerStatus] = {}
+        self._operator_tags: dict[str, frozenset[str]] = {}
         self._cursor = 0
         self.lost_total = 0
         self.id_conflicts_total = 0
@@ -225,7 +237,10 @@ class ClusterRegistry:
             )
             return True
         if node.heartbeat.reported_status is not hb.reported_status:
-            logger.info("server {} reports {}", hb.id, hb.reported_status.name)
+            if hb.reported_status is ServerStatus.DECOMMISSIONED:
+                logger.info("server {} announced that it is stopping: no new assignments", hb.id)
+            else:
+                logger.info("server {} reports {}", hb.id, hb.reported_status.name)
         if node.peer_host != peer_host:
             self._count_host(node.peer_host, -1)
             self._count_host(peer_host, +1)
@@ -343,14 +358,39 @@ class ClusterRegistry:
         self._excluded = new
 
     def set_operator_status(self, server_id: str, status: ServerStatus) -> None:
-        """DECOMMISSIONING drains a server; ACTIVE removes the override (the server's own report counts)."""
+        """DECOMMISSIONING drains a server, DECOMMISSIONED takes it out (``riffle-ctl instance kill``);
+        ACTIVE removes the override (the server's own report counts)."""
         if status is ServerStatus.ACTIVE:
             self._overrides.pop(server_id, None)
-        elif status is ServerStatus.DECOMMISSIONING:
+        elif status in (ServerStatus.DECOMMISSIONING, ServerStatus.DECOMMISSIONED):
             self._overrides[server_id] = status
         else:
-            raise ValueError(f"operator status must be ACTIVE or DECOMMISSIONING, not {status.name}")
+            raise ValueError(f"operator status must be ACTIVE, DECOMMISSIONING or DECOMMISSIONED, not {status.name}")
         logger.info("operator set server {} to {}", server_id, status.name)
+
+    def set_operator_tags(self, server_id: str, *, add: Iterable[str] = (), remove: Iterable[str] = ()) -> None:
+        """Add or remove operator tags of a server (they survive expiry, like status overrides).
+
+        A tag the server reports itself cannot be removed here (raises ``ValueError``): it would
+        come back with the next heartbeat.
+        """
+        add, remove = frozenset(add), frozenset(remove)
+        node = self._nodes.get(server_id)
+        own = node.heartbeat.tags if node is not None else frozenset()
+        if remove & own:
+            raise ValueError(f"tag(s) {sorted(remove & own)} are reported by server {server_id} itself "
+                             f"(its config's tags); only tags added by an operator can be removed")
+        tags = (self._operator_tags.get(server_id, frozenset()) | add) - remove
+        if tags:
+            self._operator_tags[server_id] = tags
+        else:
+            self._operator_tags.pop(server_id, None)
+        logger.info("operator tags of server {} now {}", server_id, sorted(tags))
+
+    def tags_of(self, node: ServerNode) -> frozenset[str]:
+        """The tags an assignment matches: the heartbeat's plus the operator's."""
+        extra = self._operator_tags.get(node.id)
+        return node.heartbeat.tags | extra if extra else node.heartbeat.tags
 
     def status_of(self, node: ServerNode) -> ServerStatus:
         """Effective status: operator override, then exclusion, then what the server reports."""
@@ -365,6 +405,7 @@ class ClusterRegistry:
 
     def views(self) -> list[ServerView]:
         """Every registered server, sorted by id."""
+        now = self.clock.monotonic()
         return [
             ServerView(
                 node=n.heartbeat,
@@ -376,6 +417,8 @@ class ClusterRegistry:
                 assigned_partitions=n.assigned_partitions,
                 total_assigned_partitions=n.total_assigned_partitions,
                 peer_host=n.peer_host,
+                operator_tags=self._operator_tags.get(n.id, frozenset()),
+                heartbeat_age_s=max(0.0, now - n.last_heartbeat_monotonic),
             )
             for n in sorted(self._nodes.values(), key=lambda n: n.id)
         ]
@@ -399,7 +442,7 @@ class ClusterRegistry:
                 why.stale += 1
             elif status is not ServerStatus.ACTIVE:
                 why.not_active[status.name] += 1
-            elif not tags <= node.heartbeat.tags:
+            elif not tags <= self.tags_of(node):
                 why.missing_tags += 1
             else:
                 out.append(node)
@@ -447,7 +490,7 @@ class ClusterRegistry:
         return result, {sid: self._nodes[sid].heartbeat for sid in result.partitions_per_server}
 
     def _explain(self, tags: frozenset[str], why: _Rejections) -> str:
-        offered = set().union(*(n.heartbeat.tags for n in self._nodes.values())) if self._nodes else set()
+        offered = set().union(*(self.tags_of(n) for n in self._nodes.values())) if self._nodes else set()
         parts = []
         for tag in sorted(tags - offered):  # the most actionable reason first
             hint = _TAG_HINTS.get(tag)

@@ -30,6 +30,7 @@ from riffle_actors.config import (
     BindAddress,
     ConfigError,
     LogConfig,
+    MetricsConfig,
     StrictModel,
     load_toml,
     validate_config,
@@ -134,6 +135,7 @@ class CoordinatorConfig(StrictModel):
     )
     admin: AdminConfig = Field(default_factory=AdminConfig)
     log: LogConfig = Field(default_factory=LogConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
 
     _admin_auth: AdminCredentials | None = PrivateAttr(None)
 

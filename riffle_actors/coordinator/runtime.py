@@ -12,7 +12,10 @@
   gRPC's 4 MiB default, the receive limit stays small: no request needs more);
 - an aiohttp site with ``transport.coordinator_http.build_app`` on exactly
   ``http_bind_address:http_port``, its
-  state-changing routes guarded by the admin credentials (``cfg.admin_auth()``).
+  state-changing routes guarded by the admin credentials (``cfg.admin_auth()``), its ``/metrics``
+  read from ``coordinator.metrics.CoordinatorMetrics``;
+- with ``[metrics] push_gateway_endpoint`` set, a task pushing those metrics to the Pushgateway
+  (``metrics_push.MetricsPusher``, job ``riffle-coordinator``).
 
 A port that cannot be opened raises ``transport.listen.ListenError`` (an ``OSError`` naming the
 port and its config keys), which the daemon logs as one line before exiting 1. The bound ports
@@ -24,22 +27,27 @@ It does not cover: command-line handling, logging or signals (``main.py`` via ``
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from typing import Self
 
 import grpc
 from aiohttp import web
 from loguru import logger
 
+from riffle_actors import __version__
 from riffle_actors.coordinator.actors import AppRegistryActor, ClusterActor
 from riffle_actors.coordinator.apps import AppRegistry
 from riffle_actors.coordinator.cluster import ClusterRegistry, ExcludeFile
 from riffle_actors.coordinator.config import CoordinatorConfig
+from riffle_actors.coordinator.metrics import CoordinatorMetrics
 from riffle_actors.coordinator.service import CoordinatorService
 from riffle_actors.credentials import AdminCredentials
+from riffle_actors.metrics_push import COORDINATOR_JOB, MetricsPusher
 from riffle_actors.protocol.proto import uniffle_pb2_grpc as pb_grpc
 from riffle_actors.runtime import ActorRef, ActorSystem, ChildSpec, Clock, RestartPolicy, SystemClock
 from riffle_actors.transport.coordinator_grpc import CoordinatorServicer
-from riffle_actors.transport.coordinator_http import build_app
+from riffle_actors.transport.coordinator_http import REFRESH_METRICS, build_app, flatten_config
 from riffle_actors.transport.listen import bind_grpc, start_tcp_site
 
 GRPC_OPTIONS = [
@@ -78,10 +86,15 @@ class Coordinator:
         self._grpc: grpc.aio.Server | None = None
         self._http: web.AppRunner | None = None
         self._started_at = 0.0
+        self._started_epoch_ms = 0
+        self.metrics = CoordinatorMetrics()
+        self.pusher: MetricsPusher | None = None
+        self._push_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         cfg, clock = self.cfg, self.clock
         self._started_at = clock.monotonic()
+        self._started_epoch_ms = int(clock.time() * 1000)
         exclude = ExcludeFile(cfg.exclude_nodes_file) if cfg.exclude_nodes_file else None
         self.cluster_ref = await self.system.start_child(
             None,
@@ -121,6 +134,9 @@ class Coordinator:
                 rpc_calls=lambda: dict(servicer.rpc_calls),
                 uptime_s=lambda: clock.monotonic() - self._started_at,
                 auth=self.admin,
+                metrics=self.metrics,
+                info=self._info,
+                config_items=lambda: flatten_config(cfg.model_dump(mode="json")),
             )
             self._http = web.AppRunner(app, access_log=None, handle_signals=False)
             await self._http.setup()
@@ -128,6 +144,12 @@ class Coordinator:
                 self._http, what="the HTTP API", keys="http_port / http_bind_address",
                 host=cfg.http_bind_address, port=cfg.http_port,
             )
+            if cfg.metrics.push_gateway_endpoint:
+                self.pusher = MetricsPusher(
+                    cfg.metrics, registry=self.metrics.registry, job=COORDINATOR_JOB,
+                    grouping={"instance": f"{cfg.grpc_bind_address}:{self.grpc_port}", "version": __version__},
+                    refresh=app[REFRESH_METRICS], clock=clock)
+                self._push_task = asyncio.create_task(self.pusher.run(), name="metrics-push")
         except BaseException:
             await self.stop()
             raise
@@ -141,7 +163,19 @@ class Coordinator:
         else:
             logger.info("HTTP admin endpoints are disabled: no admin credentials are configured")
 
+    def _info(self) -> dict[str, object]:
+        """Uniffle's ``/api/coordinator/info`` (ports as strings, as upstream)."""
+        host = self.cfg.grpc_bind_address
+        return {"coordinatorId": f"{host}-{self.grpc_port}", "serverIp": host, "serverPort": str(self.grpc_port),
+                "serverWebPort": str(self.http_port), "version": __version__, "gitCommitId": "",
+                "startTime": self._started_epoch_ms}
+
     async def stop(self, grace_s: float = 1.0) -> None:
+        if self._push_task is not None:
+            self._push_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._push_task
+            self._push_task = None
         if self._grpc is not None:
             await self._grpc.stop(grace_s)
             self._grpc = None

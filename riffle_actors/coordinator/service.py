@@ -61,6 +61,10 @@ class CoordinatorService:
         self.remote_storage_conf: tuple[tuple[str, str], ...] = tuple(cfg.remote_storage.conf.items())
         self._networks = parse_networks(cfg.server.allowed_networks)
         self.heartbeats_refused: Counter[str] = Counter()
+        # assignment counters read by the coordinator's /metrics
+        self.assignments_total = 0
+        self.assignment_failures_total = 0
+        self.assigned_partitions_total = 0
         self._refusal_log = RepeatFilter()
 
     # ---------------------------------------------------------------- shuffle servers
@@ -103,13 +107,32 @@ class CoordinatorService:
         return n > 0
 
     async def set_server_status(self, server_id: str, status: ServerStatus) -> ServerView:
-        """Operator override: DECOMMISSIONING, or ACTIVE to clear it. Raises ``InvalidRequestError``
+        """Operator override: DECOMMISSIONING, DECOMMISSIONED, or ACTIVE to clear it. Raises ``InvalidRequestError``
         for another status and ``msgs.UnknownServerError`` for an unknown id."""
-        if status not in (ServerStatus.ACTIVE, ServerStatus.DECOMMISSIONING):
-            raise InvalidRequestError(f"status must be ACTIVE or DECOMMISSIONING, not {status.name}")
+        if status not in (ServerStatus.ACTIVE, ServerStatus.DECOMMISSIONING, ServerStatus.DECOMMISSIONED):
+            raise InvalidRequestError(f"status must be ACTIVE, DECOMMISSIONING or DECOMMISSIONED, not {status.name}")
         view: ServerView = await self.cluster_ref.ask(
             msgs.SetServerStatus(server_id=server_id, status=status))
         return view
+
+    async def set_server_tags(self, server_id: str, *, add: Sequence[str] = (),
+                              remove: Sequence[str] = ()) -> ServerView:
+        """Operator tags: added to what the server reports. Raises ``InvalidRequestError`` for an empty
+        tag or a tag the server reports itself, ``msgs.UnknownServerError`` for an unknown id."""
+        for tag in (*add, *remove):
+            if not isinstance(tag, str) or not tag.strip() or tag != tag.strip() or len(tag) > 128:
+                raise InvalidRequestError(f"tag {tag!r} must be a non-empty string without surrounding "
+                                          f"spaces, at most 128 characters")
+        try:
+            view: ServerView = await self.cluster_ref.ask(
+                msgs.SetServerTags(server_id=server_id, add=tuple(add), remove=tuple(remove)))
+        except ValueError as e:  # a tag the server reports itself
+            raise InvalidRequestError(str(e)) from None
+        return view
+
+    async def app_stats(self) -> dict[str, int]:
+        stats: dict[str, int] = await self.apps_ref.ask(msgs.AppStats())
+        return stats
 
     async def registry_stats(self) -> dict[str, int]:
         stats: dict[str, int] = await self.cluster_ref.ask(msgs.RegistryStats())
@@ -125,8 +148,11 @@ class CoordinatorService:
             assignment, servers = await self.cluster_ref.ask(msgs.AssignShuffle(
                 request=request, require_tags=tuple(require_tags), faulty_ids=tuple(faulty_ids)))
         except AssignmentError as e:
+            self.assignment_failures_total += 1
             logger.warning("no assignment for app {} shuffle {}: {}", app_id, shuffle_id, e)
             raise InternalError(str(e)) from None
+        self.assignments_total += 1
+        self.assigned_partitions_total += request.partition_num * request.replica
         if app_id:
             await self.apps_ref.tell(msgs.RecordAssignment(app_id=app_id, partitions=request.partition_num,
                                                            server_ids=tuple(sorted(servers))))

@@ -40,7 +40,7 @@ from typing import Any
 from riffle_actors.io.local import LOCAL_IO, LocalIO
 from riffle_actors.records import Block
 
-OPS = ("ensure_root", "append_batch", "read_index", "read_data", "remove_app", "usage")
+OPS = ("ensure_root", "append_batch", "read_index", "read_data", "remove_app", "usage", "append_meta")
 
 
 def _exception(err: int | BaseException, op: str) -> BaseException:
@@ -181,6 +181,10 @@ class FaultyLocalIO:
     def remove_app(self, root: str, app_id: str, shuffle_id: int | None = None) -> None:
         args = (root, app_id, shuffle_id)
         self._run("remove_app", args, lambda: self.inner.remove_app(*args))
+
+    def append_meta(self, root: str, app_id: str, shuffle_id: int, records: Sequence[tuple[int, bytes]]) -> int:
+        args = (root, app_id, shuffle_id, records)
+        return self._run("append_meta", args, lambda: self.inner.append_meta(*args))
 
     def usage(self, root: str) -> tuple[int, int]:
         return self._run("usage", (root,), lambda: self.inner.usage(root))

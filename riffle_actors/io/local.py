@@ -25,7 +25,7 @@ import errno
 from collections.abc import Sequence
 from typing import Protocol
 
-from riffle_actors.io import localfile
+from riffle_actors.io import localfile, meta_store
 from riffle_actors.records import Block
 
 
@@ -95,6 +95,10 @@ class LocalIO(Protocol):
 
     def remove_app(self, root: str, app_id: str, shuffle_id: int | None = None) -> None: ...
 
+    def append_meta(self, root: str, app_id: str, shuffle_id: int, records: Sequence[tuple[int, bytes]]) -> int:
+        """Append ``(kind, body)`` records to the shuffle's metadata log (``riffle_actors.io.meta_store``)."""
+        ...
+
     def usage(self, root: str) -> tuple[int, int]:
         """``(capacity bytes, used bytes)`` of the file system holding ``root``."""
         ...
@@ -129,6 +133,9 @@ class RealLocalIO:
 
     def remove_app(self, root: str, app_id: str, shuffle_id: int | None = None) -> None:
         localfile.remove_app(root, app_id, shuffle_id)
+
+    def append_meta(self, root: str, app_id: str, shuffle_id: int, records: Sequence[tuple[int, bytes]]) -> int:
+        return meta_store.append_meta(root, app_id, shuffle_id, records)
 
     def usage(self, root: str) -> tuple[int, int]:
         return localfile.usage(root)

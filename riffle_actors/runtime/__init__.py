@@ -7,25 +7,25 @@ public names of the ones below it):
 - ``mailbox.py``: the bounded mailbox, its statistics, ``ActorDeadError`` / ``MailboxFullError``;
 - ``clock.py``: ``Clock``, ``SystemClock``, ``ManualClock``;
 - ``slicing.py``: ``SliceLane``, long state operations of one actor run in bounded time slices;
-- ``cell.py`` (mailbox): ``ActorRef``, ``Terminated`` and the per-actor cell: scheduling, processing,
+- ``cell.py`` (mailbox): ``ActorRef``, ``Terminated``, ``InjectedCrash`` and the per-actor cell: scheduling, processing,
   failure, stop and death-watch semantics. An idle actor costs no task: it is scheduled only while it
   has mail;
 - ``base.py`` (cell, clock, mailbox): ``Actor``, ``ChildSpec``, ``RestartPolicy``, and ``ActorHost``,
   what an actor sees of its system;
-- ``supervisor.py`` (base, cell, clock, mailbox): ``Supervisor`` and restart decisions;
-- ``timer.py`` (base, cell, clock, mailbox): ``TimerActor``, every deadline of a server;
+- ``supervisor.py`` (base, cell, clock, mailbox): ``Supervisor``, its ``ChildTable`` and restart decisions;
+- ``timer.py`` (base, cell, clock, mailbox): ``TimerActor`` and its ``TimerTable``, every deadline of a server;
 - ``system.py`` (base, cell, supervisor, clock, mailbox): ``ActorSystem``, the registry, the root
   supervisor and shutdown.
 """
 
 from riffle_actors.runtime.base import Actor, ActorHost, ChildSpec, RestartPolicy
-from riffle_actors.runtime.cell import ActorRef, Terminated
+from riffle_actors.runtime.cell import ActorRef, InjectedCrash, Terminated
 from riffle_actors.runtime.clock import Cancellable, Clock, ManualClock, SystemClock
 from riffle_actors.runtime.mailbox import ActorDeadError, MailboxFullError, MailboxStatistics
 from riffle_actors.runtime.slicing import SliceLane
-from riffle_actors.runtime.supervisor import ChildStartError, RestartIntensityExceeded, Supervisor
+from riffle_actors.runtime.supervisor import ChildStartError, ChildTable, RestartIntensityExceeded, Supervisor
 from riffle_actors.runtime.system import ActorSystem
-from riffle_actors.runtime.timer import Cancel, FireDue, Schedule, ScheduleEvery, TimerActor
+from riffle_actors.runtime.timer import Cancel, FireDue, Schedule, ScheduleEvery, TimerActor, TimerTable
 
 __all__ = [
     "Actor",
@@ -37,8 +37,10 @@ __all__ = [
     "Cancellable",
     "ChildSpec",
     "ChildStartError",
+    "ChildTable",
     "Clock",
     "FireDue",
+    "InjectedCrash",
     "MailboxFullError",
     "MailboxStatistics",
     "ManualClock",
@@ -51,4 +53,5 @@ __all__ = [
     "SystemClock",
     "Terminated",
     "TimerActor",
+    "TimerTable",
 ]

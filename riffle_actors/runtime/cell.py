@@ -18,10 +18,21 @@ handle senders hold (``ActorRef``):
   the same rules as a raise from ``receive``.
 - **Failures.** An exception that is an instance of ``expected_errors`` goes to the asker (or is logged
   at debug level for a tell) and the actor carries on. Any other exception goes to the asker, then the
-  actor *crashes*: every other queued ask fails with ``ActorDeadError`` (queued tells are dropped and
-  counted in a warning), owned tasks are cancelled, ``on_stop`` runs, and the exit hook (the parent
-  supervisor) decides whether it restarts. An exception in a task owned by the incarnation crashes it too,
-  whether the actor is busy or idle at the time.
+  actor *crashes*: owned tasks are cancelled and the asks they would have answered fail with
+  ``ActorDeadError``, ``on_stop`` runs, and the exit hook (the parent supervisor) decides whether it
+  restarts. An exception in a task owned by the incarnation crashes it too, whether the actor is busy
+  or idle at the time.
+- **The mailbox outlives the incarnation.** While a restart may follow (a supervised actor not stopped
+  for good), what is queued stays queued: the next incarnation processes the tells and answers the
+  asks, in order. When no restart follows (an unsupervised actor, a ``TEMPORARY`` child, a supervisor
+  giving up, a stop for good) the mailbox is closed and every queued ask fails with ``ActorDeadError``
+  (queued tells are dropped and counted in a warning). So an ask is never left waiting: it is answered
+  by the incarnation that took it, failed when that one ends before replying, or left for the next.
+- **Crash injection (tests).** ``ActorSystem.inject_crash(name, after=n)`` makes the incarnation raise
+  ``InjectedCrash`` in place of the (n+1)-th message it handles from then on (a later incarnation if
+  none runs now): an ask gets the error, a tell goes back to the head of the mailbox for the next
+  incarnation, so the crash falls *between* two messages and only the incarnation's own state is lost.
+  It wraps ``receive`` on the instance while armed: the hot path pays nothing.
 - **Stopping.** ``await ref.stop()`` processes nothing more, fails queued and in-flight asks with
   ``ActorDeadError`` and awaits ``on_stop``. From inside the actor it takes effect after the current
   message. A supervised actor's parent may still restart it (``RestartPolicy.PERMANENT``).
@@ -32,7 +43,8 @@ handle senders hold (``ActorRef``):
 
 No caller is ever left waiting: every path that ends an incarnation fails the replies it owns.
 
-Runtime-internal names (used by the other runtime modules, not exported by the package): ``ActorCell``,
+``InjectedCrash`` is exported by the package; runtime-internal names (used by the other runtime modules,
+not exported by the package): ``ActorCell``,
 ``ExitHook``, ``Incarnation``, ``cell_of(ref)`` and ``tell_control(ref, msg)``.
 
 Not covered: the ``Actor`` base class (``base.py``), restart decisions (``supervisor.py``), the name
@@ -225,6 +237,58 @@ def _is_awaitable(value: Any) -> bool:
     return known
 
 
+class InjectedCrash(Exception):
+    """Raised in place of a message by ``ActorSystem.inject_crash`` (tests and simulations only)."""
+
+
+class _CrashInjection:
+    """One armed test crash of a cell: counts the messages its incarnation handles, then raises."""
+
+    __slots__ = ("actor", "cell", "error", "left", "receive")
+
+    def __init__(self, cell: ActorCell, after: int, error: BaseException | None) -> None:
+        self.cell = cell
+        self.left = after
+        self.error = error
+        self.actor: Incarnation | None = None
+        self.receive: Callable[[Any], Any] | None = None
+
+    def arm(self, actor: Incarnation) -> None:
+        """Wrap ``actor.receive`` on the instance (the class's method is left alone)."""
+        if self.actor is actor:
+            return
+        self.disarm()
+        receive = actor.receive
+        self.actor, self.receive = actor, receive
+        if inspect.iscoroutinefunction(receive):
+            async def wrapped_async(msg: Any) -> Any:
+                self._count()
+                return await receive(msg)
+            actor.receive = wrapped_async  # type: ignore[method-assign]
+        else:
+            def wrapped(msg: Any) -> Any:
+                self._count()
+                return receive(msg)
+            actor.receive = wrapped  # type: ignore[method-assign]
+
+    def disarm(self) -> None:
+        actor, self.actor = self.actor, None
+        if actor is not None and "receive" in vars(actor):
+            del actor.receive  # type: ignore[misc]
+
+    def _count(self) -> None:
+        if self.left > 0:
+            self.left -= 1
+            return
+        self.disarm()
+        if self.cell._inject is self:
+            self.cell._inject = None
+        err = InjectedCrash(f"injected crash of actor {self.cell.name!r}")
+        if self.error is not None:
+            err.__cause__ = self.error
+        raise err
+
+
 class ActorCell:
     """Runtime state of one actor across its incarnations; owned by its ``ActorRef``.
 
@@ -239,7 +303,7 @@ class ActorCell:
     __slots__ = (
         "host", "name", "loop", "mailbox", "ref", "actor", "state", "restarts", "processed", "reason",
         "hook", "final", "watchers", "owned", "_on_terminated", "_task", "_handle", "_draining",
-        "_async", "_context", "_stop_requested", "_crash", "_halting", "_task_began",
+        "_async", "_context", "_stop_requested", "_crash", "_halting", "_task_began", "_inject",
     )
 
     def __init__(self, host: Any, name: str, capacity: int,
@@ -270,6 +334,7 @@ class ActorCell:
         self._stop_requested = False
         self._crash: BaseException | None = None
         self._halting = False  # _stop_requested or _crash: one test per message on the hot path
+        self._inject: _CrashInjection | None = None  # a test crash armed for a later incarnation
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -305,6 +370,8 @@ class ActorCell:
         self._stop_requested = False
         self._crash = None
         self._halting = False
+        if self._inject is not None:
+            self._inject.arm(actor)
         self._async = inspect.iscoroutinefunction(actor.receive)
         self._context = context = contextvars.copy_context()
         self._task_began = False
@@ -341,6 +408,25 @@ class ActorCell:
         self._crash = exc
         self._halting = True
         self._interrupt(cancel_current=True)
+
+    def inject_crash(self, after: int, error: BaseException | None) -> None:
+        """Test seam: the message handled after the next ``after`` ones raises ``InjectedCrash``.
+
+        The crash takes the place of that message: a tell is put back at the head of the mailbox for
+        the next incarnation, an ask is answered with the error. Costs nothing until armed: it wraps
+        the incarnation's ``receive`` (so a restarted incarnation is armed in ``_launch``), and the
+        wrapper removes itself when it fires or when a new injection replaces it.
+        """
+        if after < 0:
+            raise ValueError(f"after must be >= 0, got {after}")
+        if self.state == "stopped":
+            raise ActorDeadError(f"actor {self.name!r} is stopped")
+        if self._inject is not None:
+            self._inject.disarm()
+        self._inject = injection = _CrashInjection(self, after, error)
+        actor = self.actor
+        if actor is not None and self.state in ("starting", "running"):
+            injection.arm(actor)
 
     def _interrupt(self, *, cancel_current: bool) -> None:
         """Make the incarnation act on ``_stop_requested`` / ``_crash`` in whatever mode it is in."""
@@ -548,6 +634,10 @@ class ActorCell:
     def _receive_failed(self, exc: BaseException, msg: Any, reply: asyncio.Future[Any] | None,
                         expected: tuple[type[BaseException], ...]) -> bool:
         """Hand a failure of ``receive`` to the asker; True when the actor carries on (an expected error)."""
+        if type(exc) is InjectedCrash and reply is None:
+            # a test crash in place of a tell: the tell was never handled, the next incarnation gets it
+            self.mailbox.requeue_front((msg, None))
+            return False
         if reply is not None and not reply.done():
             reply.set_exception(exc)
         if isinstance(exc, expected):
@@ -574,8 +664,9 @@ class ActorCell:
             logger.opt(exception=reason).error("actor {!r} crashed: {!r}", self.name, reason)
         if self.final or self.hook is None:
             self._fail_envelopes(self.mailbox.close(), reason)
-        else:  # a restart may follow: keep accepting, but nothing queued now belongs to the next life
-            self._fail_envelopes(self.mailbox.drain(), reason)
+        # else a restart may follow: the mailbox outlives the incarnation. What is queued stays queued
+        # for the next one (a tell is processed, an ask answered by it); when no restart follows after
+        # all, ``terminate`` closes the mailbox and fails the asks.
         owned, self.owned = self.owned or {}, None
         for fut, reply in owned.items():
             if reply is not None and not reply.done():

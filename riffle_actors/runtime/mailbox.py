@@ -167,13 +167,13 @@ class Mailbox:
                 waiter.set_result(None)
                 return
 
-    def drain(self) -> list[Envelope]:
-        """Remove and return everything queued, waking blocked senders into the freed space."""
-        drained = list(self.queue)
-        self._drop_queue()
-        for _ in range(min(len(drained), len(self.putters or ()))):
-            self.release_one()
-        return drained
+    def requeue_front(self, env: Envelope) -> None:
+        """Put ``env`` back at the head (a message taken but not handled); ignores the capacity."""
+        q = self.queue
+        if q is _NO_QUEUE:
+            q = self.queue = deque()
+            self._limit = self.capacity
+        q.appendleft(env)
 
     def close(self) -> list[Envelope]:
         """Refuse every later put and wake all blocked senders; return what was queued."""

@@ -25,7 +25,16 @@ actor per app) calls ``await self.start_child(spec)`` / ``await self.stop_child(
 ``self.children()`` from inside its own ``receive``, and delegates messages it does not know with
 ``return await super().receive(msg)``; it must keep ``ChildStartError`` in its ``expected_errors``.
 Children listed in ``Supervisor(children=[...])`` are (re)started by every incarnation's ``on_start``,
-so a restarted supervisor brings its static subtree back. ``StartChild`` / ``StopChild`` are the
+so a restarted supervisor brings its static subtree back.
+
+**Children that outlive the supervisor's crash.** By default a supervisor's crash stops its
+children (Erlang). A supervisor given a ``ChildTable`` (``Supervisor(table=t)``, the same table
+handed to every incarnation by its factory) leaves them running instead: the table holds their
+specs, refs and restart histories, the next incarnation takes them over (static children are
+started only if missing), and an exit of a child while no incarnation runs waits in the
+supervisor's mailbox. Only a stop for good (``stop_child``, shutdown) stops them. For a supervisor
+of many dynamic children whose loss would lose data (the AppActors of a server). If the supervisor
+is not restarted after all (its own parent gave up), its children stay until ``stop_all``. ``StartChild`` / ``StopChild`` are the
 messages behind the system facade (runtime-internal: not exported by the package).
 
 A child is registered through ``actor.system.register`` with this supervisor's exit hook, and managed
@@ -81,6 +90,10 @@ class _ChildExited:
     restart: bool
 
 
+class ChildTable(dict):
+    """name -> child of a supervisor whose children outlive its own crash (``Supervisor(table=...)``)."""
+
+
 @dataclass(slots=True)
 class _Child:
     spec: ChildSpec
@@ -116,6 +129,7 @@ class Supervisor(Actor):
         *,
         children: Sequence[ChildSpec] = (),
         restart_backoff_s: float = 0.0,
+        table: ChildTable | None = None,
     ) -> None:
         self.default_name = name  # used by ``system.spawn`` when no name is given
         self.max_restarts = max_restarts
@@ -123,14 +137,19 @@ class Supervisor(Actor):
         self.clock = clock
         self.restart_backoff_s = restart_backoff_s
         self._static = tuple(children)
-        self._children: dict[str, _Child] = {}
+        self._keeps_children = table is not None
+        self._children: dict[str, _Child] = table if table is not None else {}
         self._shutting_down = False
 
     async def on_start(self) -> None:
         if self.clock is None:
             self.clock = self.system.clock
+        for name, child in list(self._children.items()):  # kept from the last incarnation (``table``)
+            if cell_of(child.ref).state == "stopped":
+                del self._children[name]
         for spec in self._static:
-            await self.start_child(spec)
+            if spec.name not in self._children:
+                await self.start_child(spec)
 
     async def receive(self, msg: Any) -> Any:
         match msg:
@@ -234,6 +253,10 @@ class Supervisor(Actor):
             del self._children[child.spec.name]
 
     async def stop_children(self) -> None:
+        if self._keeps_children and not cell_of(self.ref).final:
+            # a crash or restart of this supervisor: its children run on, the next incarnation takes
+            # them over with the table (their exits reach it through the ref, which survives)
+            return
         self._shutting_down = True
         for name in reversed(list(self._children)):
             child = self._children.pop(name)

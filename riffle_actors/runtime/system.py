@@ -12,6 +12,8 @@ process have two systems):
 - Names are unique among live actors; ``system.get(name)`` looks one up; a name is freed when its actor
   stops for good.
 - ``system.statistics()`` snapshots every mailbox (for ``/debug/actors`` and gauges).
+- ``system.inject_crash(name, after=n)`` (tests and simulations only) crashes an actor at its
+  (n+1)-th next message, between two messages; see ``cell.py``.
 - ``await system.stop_all()`` stops every actor for good in reverse start order (children before
   their parents), failing every pending ask; afterwards no actor task is left on the loop. Call it
   before the loop ends: an idle actor has no task for the loop's shutdown to cancel, so without it
@@ -117,6 +119,16 @@ class ActorSystem:
     def statistics(self) -> list[MailboxStatistics]:
         """Mailbox statistics of every live actor, in start order."""
         return [ref.statistics() for ref in list(self._refs.values())]
+
+    # ---- tests ------------------------------------------------------------------------------
+
+    def inject_crash(self, name: str, after: int = 0, error: BaseException | None = None) -> None:
+        """Test seam: actor ``name`` crashes with ``InjectedCrash`` in place of the message it handles
+        after the next ``after`` ones (see ``cell.py``, "Crash injection"); ``KeyError`` if unknown."""
+        ref = self._refs.get(name)
+        if ref is None:
+            raise KeyError(f"no live actor called {name!r}")
+        cell_of(ref).inject_crash(after, error)
 
     # ---- stopping ----------------------------------------------------------------------------
 

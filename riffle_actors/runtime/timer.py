@@ -91,23 +91,48 @@ class _Entry:
     interval: float | None
 
 
+class TimerTable:
+    """Every scheduled entry of one timer; hand the same table to every incarnation (see ``TimerActor``)."""
+
+    __slots__ = ("entries", "queue", "seq")
+
+    def __init__(self) -> None:
+        self.entries: dict[Hashable, _Entry] = {}
+        self.queue: SortedList = SortedList()  # (deadline, seq, key)
+        self.seq = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+
 class TimerActor(Actor):
-    """Single sorted-deadline timer; see the module docstring. ``clock`` defaults to the system's."""
+    """Single sorted-deadline timer; see the module docstring. ``clock`` defaults to the system's.
+
+    **What survives a crash.** The entries live in ``table``, a ``TimerTable`` the owner creates once
+    and hands to every incarnation (a supervisor's factory: ``lambda: TimerActor(clock, table)``), so a
+    restarted timer keeps every schedule, periodic ones on their grid; its ``on_start`` fires what fell
+    due meanwhile and arms the wake-up again. Only the armed clock handle belongs to an incarnation
+    (cancelled by ``on_stop``). Without a table (tests), the entries die with the incarnation.
+    """
 
     mailbox_size = 100_000
     expected_errors = (ValueError,)  # a bad request is answered, it does not take the timer down
 
-    def __init__(self, clock: Clock | None = None) -> None:
+    def __init__(self, clock: Clock | None = None, table: TimerTable | None = None) -> None:
         self.clock = clock
-        self._entries: dict[Hashable, _Entry] = {}
-        self._queue: SortedList = SortedList()  # (deadline, seq, key)
-        self._seq = itertools.count()
+        table = table if table is not None else TimerTable()
+        self._entries = table.entries
+        self._queue = table.queue
+        self._seq = table.seq
         self._handle: Cancellable | None = None
         self._armed_at: float | None = None
 
     async def on_start(self) -> None:
         if self.clock is None:
             self.clock = self.system.clock
+        if self._entries:  # a restart: what fell due while no incarnation ran fires now
+            self._fire_due()
+            self._rearm()
 
     async def on_stop(self) -> None:
         if self._handle is not None:

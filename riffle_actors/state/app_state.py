@@ -82,7 +82,8 @@ class ShuffleState:
     registered again (Uniffle's stage retry does that) gets a new epoch, so late spills and spill
     completions of the old incarnation are recognised and dropped."""
 
-    __slots__ = ("shuffle_id", "epoch", "_starts", "_ends", "partitions", "reported", "commit_count", "local_order")
+    __slots__ = ("shuffle_id", "epoch", "_starts", "_ends", "partitions", "reported", "commit_count", "local_order",
+                 "lost_blocks")
 
     def __init__(self, shuffle_id: int, local_order: bool, epoch: int = 0):
         self.shuffle_id = shuffle_id
@@ -93,6 +94,7 @@ class ShuffleState:
         self.reported: dict[int, BlockIdSet] = {}
         self.commit_count = 0
         self.local_order = local_order
+        self.lost_blocks = 0  # reported ids a restart found no data for (``riffle_actors.state.recovery``)
 
     def add_range(self, start: int, end: int) -> None:
         """Register the inclusive range [start, end]; re-registration is idempotent."""
@@ -188,12 +190,13 @@ class AppState:
         return drain(self.report_steps(shuffle_id, partition_to_block_ids))
 
     def report_steps(self, shuffle_id: int, partition_to_block_ids: Iterable[tuple[int, Iterable[int]]],
-                     ) -> Generator[None, None, int]:
+                     sink: list[tuple[int, array]] | None = None) -> Generator[None, None, int]:
         """``report`` in steps. NO_REGISTER / INVALID_REQUEST come from the first ``next()`` / a check step.
 
         The whole report is checked before anything is added, so a bad id rejects it without a
         partial update. Sequences (tuples, lists, protobuf repeated fields) are sliced as they
-        are; ids are never all materialized as Python ints at once.
+        are; ids are never all materialized as Python ints at once. ``sink`` (if given) receives
+        the checked ``(partition id, ids)`` batches once they are added (what the metadata log records).
         """
         shuffle = self.shuffle(shuffle_id)
         batches: list[tuple[int, array]] = []
@@ -219,6 +222,8 @@ class AppState:
             if ids is None:
                 ids = reported[partition_id] = BlockIdSet()  # also for an empty list, as before
             new += ids.update_and_count(batch)
+            if sink is not None:
+                sink.append((partition_id, batch))
             work += len(batch) + _PARTITION_WORK
             if work >= _STEP_WORK:
                 work = 0

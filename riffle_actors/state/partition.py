@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 
 from riffle_actors.records import Block
 from riffle_actors.state.buffer import Flight, PartitionBuffer
+from riffle_actors.state.tier_policy import HDFS_TIER
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +45,7 @@ class SpillLimits:
 class PartitionFigures:
     """One partition's line in its app's size table; written by its ``PartitionState`` only."""
 
-    __slots__ = ("disk_bytes", "disks", "huge", "in_flight_bytes", "staging_bytes", "total_bytes")
+    __slots__ = ("disk_bytes", "disks", "hdfs_bytes", "huge", "in_flight_bytes", "staging_bytes", "total_bytes")
 
     def __init__(self) -> None:
         self.staging_bytes = 0
@@ -52,6 +53,7 @@ class PartitionFigures:
         self.total_bytes = 0  # every byte ever accepted, memory or disk
         self.disk_bytes = 0  # block bytes acknowledged on disk
         self.disks: tuple[str, ...] = ()  # where the spilled files live, first use first
+        self.hdfs_bytes = 0  # block bytes acknowledged on HDFS (read by clients from HDFS, never here)
         self.huge = False
 
     @property
@@ -66,12 +68,13 @@ class PartitionFigures:
 class PartitionState:
     """One partition's buffer, files and spill decisions; see the module docstring."""
 
-    __slots__ = ("buffer", "figures", "limits", "local_order")
+    __slots__ = ("_base_total", "buffer", "figures", "limits", "local_order")
 
     def __init__(self, figures: PartitionFigures | None = None, limits: SpillLimits = SpillLimits(),
                  local_order: bool = False) -> None:
         self.buffer = PartitionBuffer()
         self.figures = figures if figures is not None else PartitionFigures()
+        self._base_total = self.figures.total_bytes  # received before this state (a restart's recovered bytes)
         self.limits = limits
         self.local_order = local_order
 
@@ -85,7 +88,7 @@ class PartitionState:
         accepted, dropped = self.buffer.append_blocks(blocks)
         f = self.figures
         f.staging_bytes = self.buffer.staging_bytes
-        f.total_bytes = self.buffer.total_bytes
+        f.total_bytes = self._base_total + self.buffer.total_bytes
         became_huge = False
         threshold = self.limits.huge_threshold_bytes
         if not f.huge and threshold is not None and f.total_bytes > threshold:
@@ -117,7 +120,9 @@ class PartitionState:
         if not released:
             return 0  # not (or no longer) in flight: acknowledged already
         f = self.figures
-        if disk is not None:
+        if disk == HDFS_TIER:
+            f.hdfs_bytes += data_bytes
+        elif disk is not None:
             if disk not in f.disks:
                 f.disks = (*f.disks, disk)
             f.disk_bytes += data_bytes

@@ -269,32 +269,53 @@ class SpillPlan:
 
 
 class SpillQueue(Generic[T]):
-    """Batches waiting for one of ``max_concurrency`` write slots, first come first served."""
+    """Batches waiting for one of ``max_concurrency`` write slots, first come first served, and the
+    batches holding a slot (the *running table*).
+
+    It is plain state, so its owner can keep it across incarnations of the actor that runs the
+    batches: after a crash, ``restart()`` puts every batch that was running back at the head of the
+    queue, in the order they started, and returns what may start again. A batch leaves the table
+    only through ``finished(item)``, i.e. once it is really done.
+    """
 
     def __init__(self, max_concurrency: int):
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
         self.max_concurrency = max_concurrency
         self._pending: deque[T] = deque()
-        self.running = 0
+        self._running: dict[int, T] = {}  # id(item) -> item, in start order (the dict keeps it alive)
 
     @property
     def pending(self) -> int:
         return len(self._pending)
+
+    @property
+    def running(self) -> int:
+        return len(self._running)
+
+    def running_items(self) -> list[T]:
+        return list(self._running.values())
 
     def push(self, item: T) -> list[T]:
         """Queue ``item``; returns what may start now (the caller runs each and calls ``finished``)."""
         self._pending.append(item)
         return self._admit()
 
-    def finished(self) -> list[T]:
-        """One started item is done; returns what may start now."""
-        self.running -= 1
+    def finished(self, item: T) -> list[T]:
+        """``item`` (started) is done; returns what may start now."""
+        self._running.pop(id(item), None)
+        return self._admit()
+
+    def restart(self) -> list[T]:
+        """The runner of the started items is gone: queue them again first; returns what may start."""
+        running, self._running = list(self._running.values()), {}
+        self._pending.extendleft(reversed(running))
         return self._admit()
 
     def _admit(self) -> list[T]:
         start = []
-        while self._pending and self.running < self.max_concurrency:
-            start.append(self._pending.popleft())
-            self.running += 1
+        while self._pending and len(self._running) < self.max_concurrency:
+            item = self._pending.popleft()
+            self._running[id(item)] = item
+            start.append(item)
         return start

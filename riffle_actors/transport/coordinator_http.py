@@ -8,8 +8,33 @@ Routes:
 | ``GET /api/servers/{id}`` | one server dict, 404 when unknown |
 | ``POST /api/servers/{id}/status`` | admin (below); body ``{"status": "DECOMMISSIONING" \\| "ACTIVE"}``: operator override (ACTIVE clears it); returns the server dict; 400 bad body, 404 unknown id |
 | ``GET /api/apps`` | live apps (``app_to_dict``) |
+| ``POST /api/servers/{id}/status`` also takes ``DECOMMISSIONED`` | what ``riffle-ctl instance kill`` sends: no new partitions until ACTIVE again |
+| ``POST /api/servers/{id}/tags`` | admin; body ``{"add": [...], "remove": [...]}``: operator tags, matched like the server's own; returns the server dict |
 | ``GET /api/historical_apps`` | expired apps, newest first (bounded by ``[app] history_size``) |
 | ``GET /api/health`` | ``{"status": "ok", "servers", "active_servers", "apps", "uptime_s", "version", "rpc_calls", ...}`` (below) |
+| ``GET /metrics`` | Prometheus text (``coordinator.metrics``), refreshed from the service first |
+| ``GET /`` , ``GET /ui/...`` | the status page: static HTML/JS/CSS shipped in ``riffle_actors/coordinator/static`` (no CDN) |
+
+Uniffle-compatible routes (the Java coordinator's ``coordinator/web/resource/ServerResource`` and
+``ApplicationResource``), so Uniffle's dashboard and Riffle's ctl work against this coordinator.
+Every answer is upstream's envelope ``{"code": 0, "data": ..., "errMsg": null}`` (``code`` -1 and
+``errMsg`` on failure, still HTTP 200, as upstream):
+
+| route | ``data`` |
+|---|---|
+| ``GET /api/server/status`` | ``"success"`` |
+| ``GET /api/server/nodes[?status=S]`` | list of upstream ``ServerNode`` objects (``uniffle_node``), by id; without ``status`` the excluded ones are left out, ``status=EXCLUDED`` lists only them |
+| ``GET /api/server/nodes/{id}`` | one ``ServerNode`` (``null`` when unknown, as upstream) |
+| ``GET /api/server/nodes/summary`` | ``{status name: count}`` |
+| ``POST /api/server/decommission`` / ``cancelDecommission`` | admin; body ``{"serverIds": [...]}``; ``null`` |
+| ``POST /api/server/{id}/decommission`` / ``{id}/cancelDecommission`` | admin; ``null`` |
+| ``POST /api/server/applications`` | upstream ``Application`` objects, body ``ApplicationRequest`` (``applications``, ``pageSize`` 10, ``currentPage`` 1, ``heartBeatStartTime``/``EndTime`` (epoch ms), ``appIdRegex``), sorted by id |
+| ``GET /api/app/total`` | ``{"appCurrent", "appTotality"}`` |
+| ``GET /api/app/userTotal`` | ``[{"userName", "appNum"}]``, most apps first |
+| ``GET /api/app/appInfos`` | ``AppInfoVO`` objects, newest registration first |
+| ``GET /api/coordinator/info`` | ``{"coordinatorId", "serverIp", "serverPort", "serverWebPort", "version", "gitCommitId", "startTime"}`` (ports as strings, as upstream) |
+| ``GET /api/coordinator/conf`` | ``[{"argumentKey", "argumentValue"}]``: the config as dotted keys, ``[admin]`` left out |
+| ``GET /api/coordinator/prometheus/metrics/all`` | the Prometheus text of ``/metrics`` (not enveloped, as upstream) |
 
 ``/api/health`` also shows the admission counters: ``max_servers``, ``server_id_conflicts`` (each
 conflict counted once) and ``heartbeats_refused`` (refused heartbeats by kind).
@@ -25,7 +50,11 @@ and encodes its typed answer. It does not cover: the decisions (the service) or 
 
 from __future__ import annotations
 
+import re
+import time
+from collections import Counter
 from collections.abc import Callable
+from importlib import resources
 from typing import Any
 
 import orjson
@@ -35,6 +64,7 @@ from riffle_actors import __version__
 from riffle_actors.coordinator.actors import UnknownServerError
 from riffle_actors.coordinator.apps import AppView
 from riffle_actors.coordinator.cluster import ServerStatus, ServerView
+from riffle_actors.coordinator.metrics import CoordinatorMetrics
 from riffle_actors.coordinator.service import CoordinatorService
 from riffle_actors.credentials import AdminCredentials
 from riffle_actors.errors import InvalidRequestError
@@ -56,7 +86,9 @@ def server_to_dict(v: ServerView) -> dict[str, Any]:
         "operator_status": v.operator_status.name if v.operator_status is not None else None,
         "excluded": v.excluded,
         "is_healthy": n.is_healthy,
-        "tags": sorted(n.tags),
+        "tags": sorted(v.tags),
+        "operator_tags": sorted(v.operator_tags),
+        "heartbeat_age_s": round(v.heartbeat_age_s, 3),
         "used_memory": n.used_memory,
         "pre_allocated_memory": n.pre_allocated_memory,
         "available_memory": n.available_memory,
@@ -100,6 +132,77 @@ def app_to_dict(a: AppView) -> dict[str, Any]:
     return out
 
 
+#: The coroutine that fills the metrics snapshot (``runtime.Coordinator`` hands it to the Pushgateway pusher).
+REFRESH_METRICS: web.AppKey[Callable[[], Any]] = web.AppKey("refresh_metrics")
+
+
+# ------------------------------------------------------------------ Uniffle's shapes
+
+def uniffle_node(v: ServerView) -> dict[str, Any]:
+    """Upstream's ``ServerNode`` as Jackson writes it (its getters): times in epoch ms, ``storageInfo``
+    keyed by mount point with ``StorageInfo``'s three getters, ``appIdToInfos`` keyed by app id."""
+    n = v.node
+    return {
+        "id": n.id,
+        "ip": n.ip,
+        "grpcPort": n.grpc_port,
+        "timestamp": v.last_heartbeat_epoch_ms,
+        "preAllocatedMemory": n.pre_allocated_memory,
+        "availableMemory": n.available_memory,
+        "eventNumInFlush": n.event_num_in_flush,
+        "usedMemory": n.used_memory,
+        "tags": sorted(v.tags),
+        "status": v.status.name,
+        "storageInfo": {d.mount_point: {"status": d.status, "type": d.media, "usedBytes": d.used_bytes}
+                        for d in n.disks},
+        "registrationTime": v.registered_epoch_ms,
+        "totalMemory": n.available_memory + n.used_memory,
+        "nettyPort": n.netty_port,
+        "jettyPort": n.http_port,
+        "startTime": n.start_time_ms,
+        "version": n.version,
+        "gitCommitId": n.git_commit_id,
+        "appIdToInfos": {app: {"appId": app, "partitionNum": 0, "memorySize": 0, "localFileNum": 0,
+                               "localTotalSize": 0, "hadoopFileNum": 0, "hadoopTotalSize": 0, "totalSize": 0}
+                         for app in n.app_ids},
+        "displayMetrics": {},
+    }
+
+
+def _java_time(epoch_ms: int) -> str:
+    """``yyyy-MM-dd HH:mm:ss`` in local time (upstream's ``Application`` date pattern)."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch_ms / 1000))
+
+
+def uniffle_application(a: AppView, remote_storage_path: str) -> dict[str, Any]:
+    """Upstream's ``Application`` (``POST /api/server/applications``)."""
+    return {
+        "applicationId": a.app_id,
+        "user": a.user,
+        "lastHeartBeatTime": _java_time(a.last_heartbeat_epoch_ms),
+        "remoteStoragePath": remote_storage_path or None,
+        "registrationTime": _java_time(a.registered_epoch_ms),
+    }
+
+
+def uniffle_app_info(a: AppView) -> dict[str, Any]:
+    """Upstream's ``AppInfoVO`` (``GET /api/app/appInfos``); per-server sizes are not reported to us: 0."""
+    return {
+        "userName": a.user, "appId": a.app_id, "updateTime": a.last_heartbeat_epoch_ms,
+        "registrationTime": a.registered_epoch_ms, "version": a.version, "gitCommitId": a.git_commit_id,
+        "partitionNum": a.partitions, "memorySize": 0, "localFileNum": 0, "localTotalSize": 0,
+        "hadoopFileNum": 0, "hadoopTotalSize": 0, "totalSize": 0,
+    }
+
+
+def _ok(data: Any) -> web.Response:
+    return _json({"code": 0, "data": data, "errMsg": None})
+
+
+def _fail(message: str) -> web.Response:
+    return _json({"code": -1, "data": None, "errMsg": message})
+
+
 def _json(obj: Any, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(obj), status=status, content_type="application/json")
 
@@ -114,8 +217,12 @@ def build_app(
     rpc_calls: Callable[[], dict[str, int]],
     uptime_s: Callable[[], float],
     auth: AdminCredentials,
+    metrics: CoordinatorMetrics | None = None,
+    info: Callable[[], dict[str, Any]] | None = None,
+    config_items: Callable[[], list[tuple[str, str]]] | None = None,
 ) -> web.Application:
     """The aiohttp application; the caller runs it (``runtime.Coordinator``)."""
+    metrics = metrics if metrics is not None else CoordinatorMetrics()
 
     async def servers(_: web.Request) -> web.Response:
         return _json([server_to_dict(v) for v in await service.list_servers()])
@@ -136,6 +243,23 @@ def build_app(
             return _error(400, 'body must be {"status": "DECOMMISSIONING"} or {"status": "ACTIVE"}')
         try:
             view = await service.set_server_status(sid, status)
+        except InvalidRequestError as e:
+            return _error(400, str(e))
+        except UnknownServerError as e:
+            return _error(404, str(e))
+        return _json(server_to_dict(view))
+
+    async def set_tags(request: web.Request) -> web.Response:
+        sid = request.match_info["id"]
+        try:
+            body = orjson.loads(await request.read())
+            add, remove = body.get("add", []), body.get("remove", [])
+            if not isinstance(add, list) or not isinstance(remove, list) or not (add or remove):
+                raise TypeError
+        except (orjson.JSONDecodeError, AttributeError, TypeError):
+            return _error(400, 'body must be {"add": ["tag", ...], "remove": ["tag", ...]} (at least one tag)')
+        try:
+            view = await service.set_server_tags(sid, add=add, remove=remove)
         except InvalidRequestError as e:
             return _error(400, str(e))
         except UnknownServerError as e:
@@ -167,11 +291,193 @@ def build_app(
             }
         )
 
+    async def refresh_metrics() -> None:
+        """Fill the metrics snapshot from the service (what a scrape or a push reads)."""
+        views = await service.list_servers()
+        app_stats = await service.app_stats()
+        registry = await service.registry_stats()
+        by_status = Counter(v.status.name for v in views)
+        s = metrics.snapshot
+        s.servers_by_status = {st.name: by_status.get(st.name, 0) for st in ServerStatus}
+        s.heartbeat_ages_s = [v.heartbeat_age_s for v in views]
+        s.servers_lost_total = int(registry.get("lost_total", 0))
+        s.heartbeats_refused = dict(service.heartbeats_refused)
+        s.assignments_total = service.assignments_total
+        s.assignment_failures_total = service.assignment_failures_total
+        s.assigned_partitions_total = service.assigned_partitions_total
+        s.apps, s.historical_apps = app_stats["active"], app_stats["historical"]
+        s.apps_registered_total, s.apps_expired_total = app_stats["registered_total"], app_stats["expired_total"]
+        s.rpc_calls = dict(rpc_calls())
+        s.uptime_s = uptime_s()
+
+    async def prometheus(_: web.Request) -> web.Response:
+        await refresh_metrics()
+        return web.Response(body=metrics.render(), content_type="text/plain", charset="utf-8",
+                            headers={"X-Content-Type-Options": "nosniff"})
+
+    # -------------------------------------------------------------- Uniffle-compatible routes
+    async def u_status(_: web.Request) -> web.Response:
+        return _ok("success")
+
+    async def u_nodes(request: web.Request) -> web.Response:
+        status = request.query.get("status")
+        views = await service.list_servers()
+        if status is not None and status.upper() == ServerStatus.EXCLUDED.name:
+            chosen = [v for v in views if v.excluded]
+        else:
+            chosen = [v for v in views if not v.excluded
+                      and (status is None or v.status.name == status.upper())]
+        return _ok([uniffle_node(v) for v in chosen])
+
+    async def u_node(request: web.Request) -> web.Response:
+        view = await service.server(request.match_info["id"])
+        return _ok(uniffle_node(view) if view is not None else None)
+
+    async def u_summary(_: web.Request) -> web.Response:
+        return _ok(dict(Counter(v.status.name for v in await service.list_servers())))
+
+    async def _set_many(server_ids: Any, status: ServerStatus) -> web.Response:
+        if not isinstance(server_ids, list) or not server_ids or not all(isinstance(i, str) for i in server_ids):
+            return _fail("Parameter[serverIds] should not be empty!")
+        try:
+            for sid in server_ids:
+                await service.set_server_status(sid, status)
+        except (InvalidRequestError, UnknownServerError) as e:
+            return _fail(str(e))
+        return _ok(None)
+
+    async def _server_ids(request: web.Request) -> Any:
+        try:
+            body = orjson.loads(await request.read() or b"{}")
+        except orjson.JSONDecodeError:
+            return None
+        return body.get("serverIds") if isinstance(body, dict) else None
+
+    async def u_decommission(request: web.Request) -> web.Response:
+        return await _set_many(await _server_ids(request), ServerStatus.DECOMMISSIONING)
+
+    async def u_cancel(request: web.Request) -> web.Response:
+        return await _set_many(await _server_ids(request), ServerStatus.ACTIVE)
+
+    async def u_decommission_one(request: web.Request) -> web.Response:
+        return await _set_many([request.match_info["id"]], ServerStatus.DECOMMISSIONING)
+
+    async def u_cancel_one(request: web.Request) -> web.Response:
+        return await _set_many([request.match_info["id"]], ServerStatus.ACTIVE)
+
+    async def u_applications(request: web.Request) -> web.Response:
+        try:
+            body = orjson.loads(await request.read() or b"null")
+        except orjson.JSONDecodeError:
+            body = None
+        if not isinstance(body, dict):
+            return _fail("ApplicationRequest Is not null")
+        try:
+            wanted = set(body.get("applications") or ())
+            page_size, page = int(body.get("pageSize", 10)), int(body.get("currentPage", 1))
+            start = int(body["heartBeatStartTime"]) if body.get("heartBeatStartTime") else 0
+            end = int(body["heartBeatEndTime"]) if body.get("heartBeatEndTime") else 1 << 62
+            regex = re.compile(body["appIdRegex"]) if body.get("appIdRegex") else None
+            if page_size < 1 or page < 1:
+                raise ValueError("pageSize and currentPage must be at least 1")
+        except (TypeError, ValueError, re.error) as e:
+            return _fail(str(e))
+        chosen = sorted((a for a in await service.list_apps()
+                         if (not wanted or a.app_id in wanted)
+                         and (regex is None or regex.fullmatch(a.app_id))
+                         and start <= a.last_heartbeat_epoch_ms <= end), key=lambda a: a.app_id)
+        first = (page - 1) * page_size
+        return _ok([uniffle_application(a, service.remote_storage_path) for a in chosen[first:first + page_size]])
+
+    async def u_app_total(_: web.Request) -> web.Response:
+        stats = await service.app_stats()
+        return _ok({"appCurrent": stats["active"], "appTotality": stats["registered_total"]})
+
+    async def u_user_total(_: web.Request) -> web.Response:
+        per_user = Counter(a.user for a in await service.list_apps())
+        return _ok([{"userName": u, "appNum": n} for u, n in sorted(per_user.items(), key=lambda kv: -kv[1])])
+
+    async def u_app_infos(_: web.Request) -> web.Response:
+        live = sorted(await service.list_apps(), key=lambda a: a.registered_epoch_ms, reverse=True)
+        return _ok([uniffle_app_info(a) for a in live])
+
+    async def u_coordinator_info(_: web.Request) -> web.Response:
+        return _ok(info() if info is not None else {})
+
+    async def u_coordinator_conf(_: web.Request) -> web.Response:
+        items = config_items() if config_items is not None else []
+        return _ok([{"argumentKey": k, "argumentValue": v} for k, v in items])
+
+    # -------------------------------------------------------------- the status page
+    async def index(_: web.Request) -> web.StreamResponse:
+        raise web.HTTPFound("/ui/")
+
+    async def static(request: web.Request) -> web.StreamResponse:
+        name = request.match_info.get("name") or "index.html"
+        asset = _STATIC.get(name)
+        if asset is None:
+            return _error(404, f"no such page {name!r}")
+        body, content_type = asset
+        return web.Response(body=body, content_type=content_type, charset="utf-8",
+                            headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff",
+                                     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:"})
+
     app = web.Application()
     app.router.add_get("/api/servers", servers)
     app.router.add_get("/api/servers/{id}", server)
-    app.router.add_post("/api/servers/{id}/status", guard(auth, set_status))  # the only state-changing route
+    app.router.add_post("/api/servers/{id}/status", guard(auth, set_status))
+    app.router.add_post("/api/servers/{id}/tags", guard(auth, set_tags))
     app.router.add_get("/api/apps", apps)
     app.router.add_get("/api/historical_apps", historical_apps)
     app.router.add_get("/api/health", health)
+    app.router.add_get("/metrics", prometheus)
+    app.router.add_get("/api/server/status", u_status)
+    app.router.add_get("/api/server/nodes", u_nodes)
+    app.router.add_get("/api/server/nodes/summary", u_summary)
+    app.router.add_get("/api/server/nodes/{id}", u_node)
+    app.router.add_post("/api/server/decommission", guard(auth, u_decommission))
+    app.router.add_post("/api/server/cancelDecommission", guard(auth, u_cancel))
+    app.router.add_post("/api/server/{id}/decommission", guard(auth, u_decommission_one))
+    app.router.add_post("/api/server/{id}/cancelDecommission", guard(auth, u_cancel_one))
+    app.router.add_post("/api/server/applications", u_applications)
+    app.router.add_get("/api/app/total", u_app_total)
+    app.router.add_get("/api/app/userTotal", u_user_total)
+    app.router.add_get("/api/app/appInfos", u_app_infos)
+    app.router.add_get("/api/coordinator/info", u_coordinator_info)
+    app.router.add_get("/api/coordinator/conf", u_coordinator_conf)
+    app.router.add_get("/api/coordinator/prometheus/metrics/all", prometheus)
+    app.router.add_get("/", index)
+    app.router.add_get("/ui/", static)
+    app.router.add_get("/ui/{name}", static)
+    app[REFRESH_METRICS] = refresh_metrics
     return app
+
+
+def flatten_config(data: dict[str, Any], prefix: str = "") -> list[tuple[str, str]]:
+    """A config dump as sorted ``(dotted key, value)`` pairs; the ``admin`` section (secrets) is left out."""
+    out: list[tuple[str, str]] = []
+    for key, value in data.items():
+        if not prefix and key == "admin":
+            continue
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and key not in ("client_conf", "conf", "labels"):
+            out.extend(flatten_config(value, dotted + "."))
+        else:
+            text = value if isinstance(value, str) else orjson.dumps(value).decode()
+            out.append((dotted, re.sub(r"://[^/@\s]*@", "://***@", text)))  # no credentials in URLs
+    return sorted(out)
+
+
+def _load_static() -> dict[str, tuple[bytes, str]]:
+    """The status page's files, read once from the package (``riffle_actors/coordinator/static``)."""
+    types = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
+    out: dict[str, tuple[bytes, str]] = {}
+    root = resources.files("riffle_actors.coordinator") / "static"
+    for entry in root.iterdir():
+        suffix = "." + entry.name.rsplit(".", 1)[-1]
+        if entry.is_file() and suffix in types:
+            out[entry.name] = (entry.read_bytes(), types[suffix])
+    return out
+
+
+_STATIC = _load_static()

@@ -130,7 +130,9 @@ class ShuffleServerServicer(pb_grpc.ShuffleServerServicer):
             await self.service.register_shuffle(
                 request.appId, request.shuffleId, ranges,
                 local_order=request.shuffleDataDistribution == _LOCAL_ORDER,
-                user=request.user, properties=dict(request.properties))
+                user=request.user, properties=dict(request.properties),
+                remote_storage=(request.remoteStorage.path,
+                                tuple((c.key, c.value) for c in request.remoteStorage.remoteStorageConf)))
             return {}
         return await self._call("registerShuffle", pb.ShuffleRegisterResponse, body, request.appId)
 

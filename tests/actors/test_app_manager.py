@@ -26,7 +26,7 @@ from riffle_actors.actors.app_manager import (
 )
 from riffle_actors.actors.memory import PurgeAppMemory, SpillLargest, SpillRoundDone
 from riffle_actors.actors.storage_messages import PurgeFiles, UnfenceApp
-from riffle_actors.runtime import Actor, ActorRef, ActorSystem, ManualClock
+from riffle_actors.runtime import Actor, ActorDeadError, ActorRef, ActorSystem, ManualClock
 from tests.actors.conftest import Poll, Settle
 
 pytestmark = pytest.mark.asyncio
@@ -271,3 +271,41 @@ async def test_a_crashed_app_is_purged_once(rig: Rig, poll: Poll, settle_loop: S
     history = await rig.history()
     assert len(history) == 1 and "app actor crashed" in history[0]["reason"]
     assert rig.memory.got == [PurgeAppMemory(app_id="x")]
+
+
+async def test_a_purge_cut_short_by_a_crash_is_finished_by_the_next_incarnation(
+        system: ActorSystem, clock: ManualClock, poll: Poll) -> None:
+    from riffle_actors.actors.app_manager import AppManagerLedger
+    from riffle_actors.runtime import ChildSpec, ChildTable, Supervisor
+
+    stopping = asyncio.Event()
+    let_go = asyncio.Event()
+
+    class SlowToStop(FakeApp):
+        async def on_stop(self) -> None:  # the purge waits here, in the middle of its steps
+            stopping.set()
+            await let_go.wait()
+
+    rig = Rig(system, clock)
+    memory_ref = await system.spawn(rig.memory, name="memory")
+    disk_ref = await system.spawn(rig.disk, name="disk")
+    apps = await system.start_child(None, ChildSpec("apps", lambda: Supervisor("apps", table=ChildTable())))
+    ledger = AppManagerLedger()
+    manager = await system.start_child(None, ChildSpec("app_manager", lambda: AppManagerActor(
+        directory=rig.directory, app_factory=lambda app_id: SlowToStop(app_id, clock), memory=memory_ref,
+        disks=[disk_ref], clock=clock, apps_supervisor=apps, ledger=ledger)))
+    await manager.ask(GetOrCreateApp("app-1"))
+    purge = asyncio.ensure_future(manager.ask(PurgeApp("app-1", "unregistered")))
+    await poll(stopping.is_set)
+    assert "app-1" not in rig.directory and ("app-1", None) in ledger.purges
+    manager.crash(RuntimeError("bug in the app manager"))
+    with pytest.raises(ActorDeadError):
+        await purge  # the asker of the crashed incarnation gets an error, it is not left waiting
+    await poll(lambda: manager.statistics().restarts == 1 and manager.statistics().state == "running")
+    let_go.set()
+    await poll(lambda: not ledger.purges and ledger.purged_total == 1 and rig.memory.got and rig.disk.got[-1:]
+               and isinstance(rig.disk.got[-1], PurgeFiles))
+    assert [m for m in rig.memory.got if isinstance(m, PurgeAppMemory)] == [PurgeAppMemory(app_id="app-1")]
+    assert [m for m in rig.disk.got if isinstance(m, PurgeFiles)][-1].app_id == "app-1"
+    assert [h["app_id"] for h in await manager.ask(GetHistory())] == ["app-1"]
+    assert system.children(apps) == {}

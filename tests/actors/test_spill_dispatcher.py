@@ -248,3 +248,33 @@ async def test_a_purged_owner_ends_the_retries_without_a_write(rig: Rig, poll: P
 
     await until(idle)
     assert rig.writes() == (1, 1)
+
+
+async def test_a_crash_of_the_dispatcher_writes_its_running_and_queued_batches_again(
+        system: ActorSystem, clock: ManualClock, poll: Poll) -> None:
+    """The backlog outlives the incarnation: a batch in flight when it crashed is written again, the
+    queued ones follow in order, and each owner hears SpillCompleted exactly once."""
+    from riffle_actors.actors.spill import SpillBacklog
+    from riffle_actors.runtime import ChildSpec
+
+    rig = Rig(system, clock)
+    refs = {name: await system.spawn(disk, name=f"disk:{name}") for name, disk in rig.disks.items()}
+    rig.owner_ref = await system.spawn(rig.owner, name="app:owner")
+    for disk in rig.disks.values():
+        disk.failing = True  # every write fails and pauses: the batches stay running
+    backlog = SpillBacklog(refs, max_concurrency=2)
+    spill = await system.start_child(None, ChildSpec("spill", lambda: SpillDispatcherActor(
+        refs, clock=clock, health=rig.board, backlog=backlog)))
+    for flight in (1, 2, 3):
+        await spill.tell(rig.job(flight_id=flight))
+    await poll(lambda: backlog.queue.running == 2 and backlog.queue.pending == 1 and clock.pending() == 2)
+    spill.crash(RuntimeError("bug in the dispatcher"))
+    await spill.tell(rig.job(flight_id=4))  # queued while it restarts: waits for the next incarnation
+    await poll(lambda: spill.statistics().restarts == 1 and spill.statistics().state == "running")
+    for disk in rig.disks.values():
+        disk.failing = False
+    clock.advance(1.0)
+    await poll(lambda: len(rig.owner.completed) == 4)
+    assert sorted(c.flight_id for c in rig.owner.completed) == [1, 2, 3, 4]
+    stats = await spill.ask(GetSpillStats())
+    assert stats.pending == stats.running == 0 and stats.completed == 4

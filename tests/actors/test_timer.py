@@ -148,3 +148,29 @@ async def test_system_clock_wakes_early_for_an_earlier_deadline(poll: Poll) -> N
         await poll(lambda: sink.got == ["near"], timeout=5)
     finally:
         await system.stop_all()
+
+
+async def test_entries_survive_a_crash_of_the_timer(system: ActorSystem, clock: ManualClock, poll: Poll) -> None:
+    from riffle_actors.runtime import ChildSpec, TimerTable
+
+    table = TimerTable()
+    timer = await system.start_child(None, ChildSpec("timer", lambda: TimerActor(clock, table)))
+    sink = Sink()
+    sink_ref = await system.spawn(sink, name="sink")
+    now = clock.monotonic()
+    await timer.ask(Schedule("once", now + 10, sink_ref, "once"))
+    await timer.ask(ScheduleEvery("every", 4.0, sink_ref, "tick"))
+    timer.crash(RuntimeError("bug in the timer"))
+    await poll(lambda: timer.statistics().restarts == 1 and timer.statistics().state == "running")
+    assert len(table) == 2
+    clock.advance(4)  # the new incarnation armed the wake-up again
+    await poll(lambda: sink.got == ["tick"])
+    timer.crash(RuntimeError("again"))
+    clock.advance(8)  # due while no incarnation runs: fired when the next one starts, the grid kept
+    await poll(lambda: timer.statistics().restarts == 2 and timer.statistics().state == "running")
+    assert await timer.ask(FireDue()) == 1
+    assert await received(sink_ref) == ["tick", "tick", "once"]
+    clock.advance(3.9)
+    assert await timer.ask(FireDue()) == 1 and await received(sink_ref) == ["tick", "tick", "once"]
+    clock.advance(0.1)  # 16 s after the start: on the 4 s grid
+    assert await timer.ask(FireDue()) == 1 and (await received(sink_ref))[-1] == "tick"

@@ -49,7 +49,14 @@ CLIENT_TYPE = os.environ.get("RIFFLE_E2E_CLIENT_TYPE", "GRPC")
 # the system property io.netty.noUnsafe as the shaded client jar reads it (checked with javap)
 SHADED_NETTY_NO_UNSAFE = "org.apache.uniffle.shaded.io.netty.noUnsafe"
 # run mode -> spark.rss.client.type ("vanilla" is Spark's own sort shuffle)
-CLIENT_TYPES = {"rss": CLIENT_TYPE, "rss_netty": "GRPC_NETTY"}
+CLIENT_TYPES = {"rss": CLIENT_TYPE, "rss_netty": "GRPC_NETTY", "rss_hdfs": CLIENT_TYPE}
+# the HDFS tier (tests/e2e/test_spark_hdfs.py): servers with store_type MEMORY_LOCALFILE_HDFS on which a
+# partition is huge after 2 MiB and a huge partition's batches above 256 KiB go to HDFS
+HDFS_SERVER_SECTIONS = {
+    "hybrid_store": 'huge_partition_memory_spill_to_hdfs_threshold_size = "256K"\n',
+    "app_config": 'partition_limit_enable = true\npartition_limit_threshold = "2M"\n'
+                  'huge_partition_memory_single_buffer_max_spill_size = "512K"\n',
+}
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -289,7 +296,11 @@ class Cluster:
                 d.stop()
 
 
-def _coordinator_toml(d: Daemon) -> str:
+def _coordinator_toml(d: Daemon, remote_storage: str = "") -> str:
+    remote = f"\n[remote_storage]\npath = {toml_str(remote_storage)}\n" if remote_storage else ""
+    # a pushed rss.storage.type overrides the application's own: the HDFS cluster pushes none, so an app's
+    # spark.rss.storage.type=MEMORY_LOCALFILE_HDFS is all it takes (the path comes from fetchRemoteStorage)
+    storage = "" if remote_storage else '"rss.storage.type" = "MEMORY_LOCALFILE"\n'
     return f"""\
 grpc_port = 0
 http_port = 0
@@ -301,17 +312,17 @@ heartbeat_timeout_sec = 10
 heartbeat_timeout_sec = 60
 
 [client_conf]
-"rss.storage.type" = "MEMORY_LOCALFILE"
-
+{storage}{remote}
 [log]
 path = {toml_str(str(d.log_path))}
 level = "INFO"
 """
 
 
-def _server_toml(d: Daemon, quorum: str, data_dir: Path) -> str:
+def _server_toml(d: Daemon, quorum: str, data_dir: Path, hdfs: bool = False) -> str:
+    extra = HDFS_SERVER_SECTIONS if hdfs else {}
     return f"""\
-store_type = "MEMORY_LOCALFILE"
+store_type = "{'MEMORY_LOCALFILE_HDFS' if hdfs else 'MEMORY_LOCALFILE'}"
 grpc_port = 0
 urpc_port = 0
 http_port = 0
@@ -328,10 +339,10 @@ data_paths = [{toml_str(str(data_dir))}]
 [hybrid_store]
 memory_spill_high_watermark = 0.8
 memory_spill_low_watermark = 0.2
-
+{extra.get("hybrid_store", "")}
 [app_config]
 app_heartbeat_timeout_min = 5
-
+{extra.get("app_config", "")}
 [log]
 path = {toml_str(str(d.log_path))}
 level = "INFO"
@@ -351,9 +362,10 @@ def _daemon(root: Path, name: str, module: str) -> Daemon:
     )
 
 
-def start_cluster(root: Path) -> Cluster:
+def start_cluster(root: Path, hdfs_remote: str = "") -> Cluster:
+    """``hdfs_remote``: the HDFS tier on (servers MEMORY_LOCALFILE_HDFS, the coordinator's remote storage)."""
     coord = _daemon(root, "coordinator", "riffle_actors.coordinator")
-    coord.config.write_text(_coordinator_toml(coord))
+    coord.config.write_text(_coordinator_toml(coord, hdfs_remote))
     cluster = Cluster(root=root, coordinator=coord, memory_capacity=parse_size(SERVER_MEMORY))
     try:
         coord.start()
@@ -361,7 +373,7 @@ def start_cluster(root: Path) -> Cluster:
             s = _daemon(root, f"server{i + 1}", "riffle_actors.server")
             data = s.workdir / "d1"
             data.mkdir()
-            s.config.write_text(_server_toml(s, cluster.quorum, data))
+            s.config.write_text(_server_toml(s, cluster.quorum, data, hdfs=bool(hdfs_remote)))
             cluster.servers.append(s)
             s.start()
         cluster.wait_servers_active()
@@ -470,7 +482,7 @@ def rss_conf(jar: Path, cluster: Cluster, client_type: str = CLIENT_TYPE) -> dic
 
 
 # group → (wall-clock limit of the whole application, per-job cancel limit), seconds
-GROUP_LIMITS = {"core": (900, 240), "spill": (600, 420), "tpcds": (900, 180), "tpcds_all": (2400, 180)}
+GROUP_LIMITS = {"core": (900, 240), "spill": (600, 420), "hdfs": (600, 300), "tpcds": (900, 180), "tpcds_all": (2400, 180)}
 
 
 @dataclass
@@ -546,6 +558,8 @@ class SparkRunner:
         conf = base_conf(local_dir)
         if mode != "vanilla":
             conf.update(rss_conf(self.jar, cluster, CLIENT_TYPES[mode]))
+            if mode == "rss_hdfs":  # nothing else: the remote storage path comes from the coordinator
+                conf["spark.rss.storage.type"] = "MEMORY_LOCALFILE_HDFS"
             if CLIENT_TYPES[mode] == "GRPC_NETTY":
                 # Uniffle 0.9/0.10 client bug on Java >= 9: its reader frees the direct ByteBuffer of every
                 # Netty read response with Unsafe.invokeCleaner, which throws "duplicate or slice" for the
@@ -800,4 +814,5 @@ def e2e():
         READ=READ,
         URPC_RPCS=URPC_RPCS,
         client_types=CLIENT_TYPES,
+        start_cluster=start_cluster,
     )

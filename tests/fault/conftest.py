@@ -218,7 +218,7 @@ class Invariants:
         await wait_server_clean(srv, app_id)
         assert budget_figures(srv) == (0, 0, 0)
         assert len(srv.tickets) == 0
-        assert not app_dirs(srv, app_id)
+        assert not app_dirs(srv, app_id, with_data=False)
         paths = list(srv.cfg.localfile_store.data_paths)
         assert not open_files_under(paths), f"file descriptors left open: {open_files_under(paths)}"
         self.tree(srv, disk_restarts=disk_restarts)

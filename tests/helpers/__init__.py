@@ -59,17 +59,32 @@ def leftover_tasks() -> set[asyncio.Task[Any]]:
     return {t for t in asyncio.all_tasks() if t is not current and not t.done()}
 
 
-def app_dirs(server: Any, app_id: str | None = None) -> list[str]:
-    """Directories of ``app_id`` (or of any app) that exist on the server's data paths."""
+def app_dirs(server: Any, app_id: str | None = None, *, with_data: bool = True) -> list[str]:
+    """Directories of ``app_id`` (or of any app) on the server's data paths.
+
+    ``with_data`` (the default): only those holding partition files, i.e. something was spilled
+    (registerShuffle alone writes the shuffle's metadata log, ``shuffle.meta``, on the app's home
+    disk); False: every directory, whatever it holds.
+    """
     found = []
     for root in server.cfg.localfile_store.data_paths:
         if app_id is not None:
-            path = os.path.join(root, app_id)
-            if os.path.exists(path):
-                found.append(path)
+            paths = [os.path.join(root, app_id)]
         elif os.path.isdir(root):
-            found.extend(os.path.join(root, name) for name in os.listdir(root))
+            paths = [os.path.join(root, name) for name in os.listdir(root) if not name.startswith(".")]
+        else:
+            paths = []
+        for path in paths:
+            if os.path.exists(path) and (not with_data or _has_partition_files(path)):
+                found.append(path)
     return found
+
+
+def _has_partition_files(path: str) -> bool:
+    for _dir, _subdirs, files in os.walk(path):
+        if any(f.startswith("partition-") for f in files):
+            return True
+    return False
 
 
 def budget_figures(server: Any) -> tuple[int, int, int]:
@@ -83,7 +98,7 @@ async def wait_server_clean(server: Any, app_id: str | None = None, timeout: flo
 
     def clean() -> bool:
         return (budget_figures(server) == (0, 0, 0) and len(server.tickets) == 0
-                and not app_dirs(server, app_id)
+                and not app_dirs(server, app_id, with_data=False)
                 and (not server.directory if app_id is None else app_id not in server.directory))
 
     try:
@@ -91,7 +106,7 @@ async def wait_server_clean(server: Any, app_id: str | None = None, timeout: flo
     except AssertionError:
         raise AssertionError(
             f"server not clean: budget (used, allocated, in_flight) = {budget_figures(server)}, "
-            f"tickets = {len(server.tickets)}, app dirs = {app_dirs(server, app_id)}, "
+            f"tickets = {len(server.tickets)}, app dirs = {app_dirs(server, app_id, with_data=False)}, "
             f"apps = {list(server.directory)}") from None
 
 

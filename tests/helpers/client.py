@@ -188,10 +188,15 @@ class UniffleClient:
 
     # ------------------------------------------------------------- driver
     async def register_shuffle(self, app_id: str, shuffle_id: int, partitions: Iterable[int], *,
-                               local_order: bool = False, user: str = "tester") -> None:
+                               local_order: bool = False, user: str = "tester",
+                               remote_storage: str = "", remote_conf: Mapping[str, str] | None = None) -> None:
         pb = self.pb
+        extra: dict[str, Any] = {}
+        if remote_storage:  # the HDFS tier: where this app's HDFS files go (spec §2.1)
+            extra["remoteStorage"] = pb.RemoteStorage(path=remote_storage, remoteStorageConf=[
+                pb.RemoteStorageConfItem(key=k, value=v) for k, v in (remote_conf or {}).items()])
         req = pb.ShuffleRegisterRequest(
-            appId=app_id, shuffleId=shuffle_id, user=user,
+            appId=app_id, shuffleId=shuffle_id, user=user, **extra,
             partitionRanges=[pb.ShufflePartitionRange(start=p, end=p) for p in partitions],
             shuffleDataDistribution=pb.DataDistribution.Value("LOCAL_ORDER" if local_order else "NORMAL"))
         self._check("registerShuffle", await self.stub.registerShuffle(req))

@@ -23,10 +23,8 @@ from __future__ import annotations
 import json
 import os
 import select
-import shutil
 import signal
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,6 +33,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import wait_for
+from tests.helpers.netlab import NetLab, netns_problem
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -76,95 +75,12 @@ for line in sys.stdin:
 
 
 
-class NetLab:
-    """Three host namespaces joined by a bridge in a fourth; owns every process started inside."""
-
-    def __init__(self, tag: str, workdir: Path):
-        self.tag = tag
-        self.workdir = workdir
-        self.bridge_ns = f"{tag}-br"
-        self.ns = {name: f"{tag}-{name}" for name in HOSTS}
-        self.procs: list[subprocess.Popen[str]] = []
-        self.created: list[str] = []
-
-    def build(self) -> None:
-        from pyroute2 import IPRoute, netns
-
-        for name in [self.bridge_ns, *self.ns.values()]:
-            netns.create(name)
-            self.created.append(name)
-        with IPRoute(netns=self.bridge_ns) as br:
-            br.link("set", index=br.link_lookup(ifname="lo")[0], state="up")
-            br.link("add", ifname="br0", kind="bridge")
-            bridge = br.link_lookup(ifname="br0")[0]
-            br.addr("add", index=bridge, address=BRIDGE_IP, prefixlen=24)
-            br.link("set", index=bridge, state="up")
-            for i, (name, ns) in enumerate(self.ns.items()):
-                # Both veth ends are born in the bridge namespace; one end moves to the host namespace.
-                br.link("add", ifname=f"v{i}", kind="veth", peer=f"p{i}")
-                br.link("set", index=br.link_lookup(ifname=f"p{i}")[0], net_ns_fd=ns)
-                br.link("set", index=br.link_lookup(ifname=f"v{i}")[0], master=bridge, state="up")
-                with IPRoute(netns=ns) as host:
-                    host.link("set", index=host.link_lookup(ifname="lo")[0], state="up")
-                    eth = host.link_lookup(ifname=f"p{i}")[0]
-                    host.link("set", index=eth, ifname="eth0")
-                    host.addr("add", index=eth, address=HOSTS[name], prefixlen=24)
-                    host.link("set", index=eth, state="up")
-                    host.route("add", dst="0.0.0.0/0", gateway=BRIDGE_IP)
-
-    def popen(self, host: str, args: list[str], **kw: Any) -> subprocess.Popen[str]:
-        # `ip netns exec` execs the command in place: Popen.pid is the daemon's own pid.
-        cmd = ["ip", "netns", "exec", self.ns[host], sys.executable, *args]
-        kw.setdefault("stdout", subprocess.DEVNULL)
-        kw.setdefault("stderr", subprocess.DEVNULL)
-        p = subprocess.Popen(cmd, env=ENV, cwd=self.workdir, text=True, **kw)
-        self.procs.append(p)
-        return p
-
-    def teardown(self) -> None:
-        from pyroute2 import netns
-
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                pass
-        problems = []
-        for name in reversed(self.created):
-            try:
-                netns.remove(name)
-            except Exception as e:  # noqa: BLE001 - keep removing the others
-                problems.append(f"{name}: {e!r}")
-        left = [n for n in self.created if n in netns.listnetns()]
-        assert not left and not problems, f"namespaces left behind: {left} {problems}"
-
-
-def _skip_reason() -> str | None:
-    if os.geteuid() != 0:
-        return "network namespaces need root"
-    if shutil.which("ip") is None:
-        return "iproute2 (`ip`) is not installed"
-    try:
-        from pyroute2 import netns
-    except ImportError:
-        return "pyroute2 is not installed"
-    probe = f"rflprobe-{uuid.uuid4().hex[:6]}"
-    try:
-        netns.create(probe)
-    except Exception as e:  # noqa: BLE001 - any failure means: no namespaces here
-        return f"cannot create a network namespace here: {e!r}"
-    netns.remove(probe)
-    return None
-
-
 @pytest.fixture
 def lab(tmp_path: Path) -> Iterator[NetLab]:
-    reason = _skip_reason()
+    reason = netns_problem()
     if reason:
         pytest.skip(reason)
-    lab = NetLab(f"rfl{uuid.uuid4().hex[:6]}", tmp_path)
+    lab = NetLab(f"rfl{uuid.uuid4().hex[:6]}", tmp_path, HOSTS, bridge_ip=BRIDGE_IP, env=ENV)
     try:
         lab.build()
         yield lab

@@ -142,7 +142,7 @@ async def test_register_invalid_app_id(server: ShuffleServer, stub: Any, app_id:
     assert resp.status == S.INVALID_REQUEST, resp
     assert resp.retMsg
     assert not server.directory
-    assert app_dirs(server) == []
+    assert app_dirs(server, with_data=False) == []
     parent = os.path.dirname(server.cfg.localfile_store.data_paths[0])
     assert not os.path.exists(os.path.join(parent, "x"))
 

@@ -2,7 +2,8 @@
 
 Covers the timing (first round at start, the next one only when the clock reaches the interval),
 the per-coordinator bookkeeping (reachable, sent_ok, failed), the rate-limited warning of a
-failing coordinator, a broken snapshot skipping one round and the links being closed on stop.
+failing coordinator, a broken snapshot skipping one round, the announcement of a stop and the links
+being closed on stop.
 The wire encoding is covered by ``tests/integration/test_coordinator.py``.
 """
 
@@ -12,6 +13,7 @@ import pytest
 from loguru import logger
 
 from riffle_actors.actors.heartbeat import (
+    AnnounceStopping,
     GetHeartbeatStats,
     HeartbeatAck,
     HeartbeatActor,
@@ -140,3 +142,35 @@ async def test_links_are_closed_when_the_actor_stops(system, clock):
     await poll_until(lambda: len(links) == 2)
     await ref.stop()
     assert all(link.closed for link in links.values())
+
+
+async def test_a_stop_is_announced_to_every_coordinator_at_once_and_stays_announced(system, clock):
+    warnings: list[str] = []
+    sink = logger.add(lambda m: warnings.append(m.record["message"]), level="WARNING")
+    try:
+        links: dict[str, FakeLink] = {}
+        answers: dict[str, object] = {"down:2": ConnectionError("refused")}
+        ref = await system.spawn(make_actor(clock, links, answers, ["c1:1", "down:2"]))
+        await poll_until(lambda: len(links) == 2 and all(link.sent for link in links.values()))
+        await sleeping(clock)
+        assert links["c1:1"].sent[-1][0].status == "ACTIVE"
+
+        assert await ref.ask(AnnounceStopping(timeout_s=1.5)) == {"c1:1": True, "down:2": False}
+        told, timeout = links["c1:1"].sent[-1]
+        assert (told.status, told.is_healthy, timeout) == ("DECOMMISSIONED", False, 1.5)
+        assert told.server_id == SNAPSHOT.server_id  # same identity: the coordinator updates, not adds
+        assert any("1 of 2 coordinators" in w and "down:2" in w for w in warnings)
+        # the periodic rounds keep saying so (with the normal deadline)
+        clock.advance(10)
+        await poll_until(lambda: len(links["c1:1"].sent) == 3)
+        assert links["c1:1"].sent[-1] == (told, 10.0)
+    finally:
+        logger.remove(sink)
+
+
+async def test_a_deadline_longer_than_the_interval_is_cut_to_the_interval(system, clock):
+    links: dict[str, FakeLink] = {}
+    ref = await system.spawn(make_actor(clock, links, {}, ["c:1"]))
+    await poll_until(lambda: links.get("c:1") and links["c:1"].sent)
+    assert await ref.ask(AnnounceStopping(timeout_s=60)) == {"c:1": True}
+    assert links["c:1"].sent[-1][1] == 10.0

@@ -151,3 +151,23 @@ def test_load_config_errors_name_the_file(tmp_path) -> None:
     broken.write_text("[memory_store\n")
     with pytest.raises(ConfigError):
         load_config(broken)
+
+
+def test_hdfs_store_types_and_keys() -> None:
+    cfg = validate_config(ServerConfig, with_paths(
+        store_type="MEMORY_LOCALFILE_HDFS",
+        hybrid_store={"memory_spill_to_cold_threshold_size": "256M",
+                      "huge_partition_memory_spill_to_hdfs_threshold_size": "64M"},
+        hdfs_store={"max_concurrency": 10, "partition_write_max_concurrency": 4}))
+    assert cfg.store_type.has_hdfs and cfg.store_type.has_localfile
+    assert cfg.hybrid_store.memory_spill_to_cold_threshold_size == 256 << 20
+    assert cfg.hybrid_store.huge_partition_memory_spill_to_hdfs_threshold_size == 64 << 20
+    assert cfg.hdfs_store.partition_write_max_concurrency == 4
+    assert validate_config(ServerConfig, {"store_type": "MEMORY_HDFS"}).store_type.has_hdfs
+    # the default needs no HDFS at all
+    assert ServerConfig.model_validate(with_paths()).hybrid_store.memory_spill_to_cold_threshold_size is None
+
+
+def test_memory_hdfs_has_no_local_tier() -> None:
+    assert "localfile_store.data_paths" in problems_of(with_paths(store_type="MEMORY_HDFS"))
+    assert problems_of(with_paths(hdfs_store={"bogus": 1})) == {"hdfs_store.bogus": "unknown key"}

@@ -131,9 +131,24 @@ def test_queue_admits_up_to_the_concurrency_in_order() -> None:
     assert q.push("b") == ["b"]
     assert q.push("c") == [] and q.push("d") == []
     assert (q.pending, q.running) == (2, 2)
-    assert q.finished() == ["c"]
-    assert q.finished() == ["d"]
-    assert q.finished() == [] and q.finished() == []
+    assert q.finished("a") == ["c"]
+    assert q.finished("b") == ["d"]
+    assert q.finished("c") == [] and q.finished("d") == []
     assert (q.pending, q.running) == (0, 0)
     with pytest.raises(ValueError):
         SpillQueue(0)
+
+
+def test_queue_restart_runs_the_running_table_again_first() -> None:
+    jobs = [object() for _ in range(5)]
+    q: SpillQueue[object] = SpillQueue(2)
+    for j in jobs:
+        q.push(j)
+    assert q.finished(jobs[0]) == [jobs[2]]
+    assert q.running_items() == [jobs[1], jobs[2]]
+    # the runner crashed: what was running starts again, before what waited
+    assert q.restart() == [jobs[1], jobs[2]]
+    assert (q.pending, q.running) == (2, 2)
+    assert q.finished(jobs[2]) == [jobs[3]]
+    assert q.finished(jobs[2]) == []  # finishing twice frees one slot only
+    assert q.running_items() == [jobs[1], jobs[3]]

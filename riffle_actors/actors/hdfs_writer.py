@@ -1,0 +1,447 @@
+"""HdfsWriterActor: the HDFS tier's writer pool; HdfsSpillRoute: the SpillDispatcher's way into it.
+
+The HdfsWriter (one actor under the storage supervisor, permanent) owns every HDFS file this
+server writes. It keeps, per app, the remote storage the client sent in registerShuffle
+(``RegisterRemoteStorage``), and per partition up to ``partition_write_max_concurrency`` file
+pairs ``<serverId>_<i>_<retry>.data|.index`` (spec §5.5, ``riffle_actors.protocol.hdfs_layout``):
+a batch takes a free writer index ``i`` of its partition, so two writes never append to one
+pair, and at most ``max_concurrency`` writes run at once over the server. A write appends the
+data, then the 40-byte index records, on the writer's thread pool, within
+``write_timeout_sec``. A failed or timed-out write (or one cut short by a crash of the actor)
+moves its pair to the next ``retry``: HDFS may keep the old file leased, and a thread still
+stuck in it must never share a file with a new write.
+
+The write is acknowledged (``HdfsWritten``) only once both files are closed; until then the
+batch is the SpillDispatcher's, still in memory, and a failure, a timeout or the actor's
+crash only makes the dispatcher write it elsewhere (``HdfsSpillRoute``). Everything that must
+outlive an incarnation (threads, remote storages, file pairs, fences, counters, HDFS health)
+lives in ``HdfsResources``, which the server creates once.
+
+``PurgeFiles`` (sent by the AppManager with the disks' purges) fences the app or shuffle,
+waits for its writes in flight, then deletes this server's files under
+``<remotePath>/<appId>[/<shuffleId>]`` and the directories left empty.
+
+``HdfsSpillRoute`` runs inside the SpillDispatcher: it asks ``state.tier_policy`` for the tier
+of each attempt, writes to HDFS when told to, records the choice and any fallback (metrics,
+per-app counts for ``/apps``) and answers False when the batch must go to the local disks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter, OrderedDict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from loguru import logger
+
+from riffle_actors.actors.storage_messages import AppPurgedError, PurgeFiles, UnfenceApp
+from riffle_actors.errors import RiffleError, StatusCode
+from riffle_actors.io.hdfs import HdfsIO, conf_items
+from riffle_actors.log import RateLimitedLog
+from riffle_actors.protocol.hdfs_layout import (
+    app_dir,
+    file_pair,
+    server_prefix,
+    shuffle_dir,
+    split_remote_path,
+)
+from riffle_actors.protocol.index import build_index
+from riffle_actors.records import Block
+from riffle_actors.runtime import Actor, ActorDeadError, ActorRef, Clock, SystemClock
+from riffle_actors.state.tier_policy import HdfsHealth, Tier, TierReason, TierRules, choose_tier
+
+_FENCE_LIMIT = 10_000
+_MAX_NAME_PROBES = 64  # retry suffixes tried when an earlier run left files with the same names
+
+
+# ---------------------------------------------------------------------------- messages
+class HdfsWriteError(RiffleError):
+    """An HDFS write failed (or timed out); the batch is still in memory."""
+
+    status = StatusCode.INTERNAL_ERROR
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterRemoteStorage:
+    """registerShuffle's ``remoteStorage``: where (and with which Hadoop conf) the app's HDFS files go."""
+
+    app_id: str
+    path: str
+    conf: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HdfsWrite:
+    app_id: str
+    shuffle_id: int
+    partition_id: int
+    blocks: tuple[Block, ...]
+    epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class HdfsWritten:
+    data_path: str
+    offset: int
+    data_file_len: int
+
+
+@dataclass(frozen=True, slots=True)
+class GetHdfsStats:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class HdfsStats:
+    apps_with_remote: int
+    written_bytes: int
+    writes: int
+    write_failures: int
+    new_file_pairs: int      # retry suffixes started after a failure
+    files_purged: int
+    healthy: bool
+    last_error: str
+    writes_in_flight: int
+    pending_recoveries: int = 0  # abandoned file pairs whose lease recovery has not finished
+
+
+# ---------------------------------------------------------------------------- resources
+@dataclass(frozen=True, slots=True)
+class RemoteStorage:
+    fs_url: str
+    base: str
+    conf: tuple[tuple[str, str], ...]
+    path: str
+
+
+@dataclass(slots=True)
+class _Slot:
+    index: int
+    retry: int = 0
+    created: bool = False
+    data_len: int = 0
+
+
+@dataclass(eq=False)
+class _PartitionFiles:
+    slots: list[_Slot]
+    free: list[int]
+    sem: asyncio.Semaphore
+
+
+@dataclass(eq=False)
+class HdfsResources:
+    """What the HDFS tier keeps across HdfsWriter restarts (see the module docstring)."""
+
+    io: HdfsIO = field(default_factory=HdfsIO)
+    max_concurrency: int = 50
+    partition_write_max_concurrency: int = 20
+    write_timeout_s: float = 120.0
+    health: HdfsHealth = field(default_factory=HdfsHealth)
+    server_id: str = ""  # set by the server once its ports are known (file names start with it)
+    remotes: dict[str, RemoteStorage] = field(default_factory=dict)
+    partitions: dict[tuple[str, int, int], _PartitionFiles] = field(default_factory=dict)
+    fenced: OrderedDict[tuple[str, int | None], int] = field(default_factory=OrderedDict)
+    inflight: dict[str, set[asyncio.Future]] = field(default_factory=dict)
+    written_bytes: int = 0
+    writes: int = 0
+    write_failures: int = 0
+    new_file_pairs: int = 0
+    files_purged: int = 0
+    # abandoned files (a write to them failed) -> their remote storage: their lease is recovered once
+    # HDFS works again, so the bytes acknowledged before the failure become readable again
+    recoveries: dict[str, RemoteStorage] = field(default_factory=dict)
+    recovering: bool = False
+    app_bytes: Counter = field(default_factory=Counter)        # app -> bytes written to HDFS
+    app_fallbacks: Counter = field(default_factory=Counter)    # app -> batches sent local after HDFS failed
+    _pool: ThreadPoolExecutor | None = None
+    _global: asyncio.Semaphore | None = None
+
+    @property
+    def pool(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.max_concurrency, thread_name_prefix="hdfs-w")
+        return self._pool
+
+    @property
+    def global_sem(self) -> asyncio.Semaphore:
+        if self._global is None:
+            self._global = asyncio.Semaphore(self.max_concurrency)
+        return self._global
+
+    def files_of(self, key: tuple[str, int, int]) -> _PartitionFiles:
+        pf = self.partitions.get(key)
+        if pf is None:
+            n = self.partition_write_max_concurrency
+            pf = self.partitions[key] = _PartitionFiles([_Slot(i) for i in range(n)], list(range(n - 1, -1, -1)),
+                                                        asyncio.Semaphore(n))
+        return pf
+
+    def is_fenced(self, app_id: str, shuffle_id: int, epoch: int) -> bool:
+        return (app_id, None) in self.fenced or self.fenced.get((app_id, shuffle_id), -1) >= epoch
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+
+HdfsMsg = RegisterRemoteStorage | HdfsWrite | PurgeFiles | UnfenceApp | GetHdfsStats
+
+
+class HdfsWriterActor(Actor):
+    expected_errors = (RiffleError,)
+    mailbox_size = 1_000_000  # one ask per in-flight batch, like the SpillDispatcher
+
+    def __init__(self, resources: HdfsResources):
+        self.res = resources
+
+    def receive(self, msg: HdfsMsg):
+        match msg:
+            case RegisterRemoteStorage(app_id=app_id, path=path, conf=conf):
+                if not path:
+                    return None
+                current = self.res.remotes.get(app_id)
+                if current is not None and current.path == path and current.conf == conf:
+                    return None
+                try:
+                    fs_url, base = split_remote_path(path)
+                except ValueError as e:
+                    logger.bind(app_id=app_id).warning("app {}: {}; its spills stay local", app_id, e)
+                    return None
+                self.res.remotes[app_id] = RemoteStorage(fs_url, base, conf_items(conf), path)
+                logger.bind(app_id=app_id).info("app {}: remote storage {}", app_id, path)
+                return None
+            case HdfsWrite():
+                if self.res.is_fenced(msg.app_id, msg.shuffle_id, msg.epoch):
+                    raise AppPurgedError(f"app {msg.app_id} shuffle {msg.shuffle_id} was purged")
+                remote = self.res.remotes.get(msg.app_id)
+                if remote is None:
+                    raise HdfsWriteError(f"app {msg.app_id} registered no remote storage")
+                return self._tracked(msg.app_id, self._write(msg, remote))
+            case PurgeFiles():
+                key = (msg.app_id, msg.shuffle_id)
+                self.res.fenced[key] = max(self.res.fenced.pop(key, -1), msg.epoch)
+                while len(self.res.fenced) > _FENCE_LIMIT:
+                    self.res.fenced.popitem(last=False)
+                return self._purge(msg)
+            case UnfenceApp(app_id=app_id):
+                for key in [k for k in self.res.fenced if k[0] == app_id]:
+                    del self.res.fenced[key]
+                return None
+            case GetHdfsStats():
+                r = self.res
+                return HdfsStats(len(r.remotes), r.written_bytes, r.writes, r.write_failures, r.new_file_pairs,
+                                 r.files_purged, r.health.healthy(self.system.clock.monotonic()),
+                                 r.health.last_error, sum(len(s) for s in r.inflight.values()),
+                                 len(r.recoveries))
+            case _:
+                raise TypeError(f"unexpected message {msg!r}")
+
+    def _tracked(self, app_id: str, coro) -> asyncio.Future:
+        fut = asyncio.ensure_future(coro)
+        live = self.res.inflight.setdefault(app_id, set())
+        live.add(fut)
+
+        def done(f: asyncio.Future) -> None:
+            live.discard(f)
+            if not live and self.res.inflight.get(app_id) is live:
+                del self.res.inflight[app_id]
+        fut.add_done_callback(done)
+        return fut
+
+    async def _write(self, msg: HdfsWrite, remote: RemoteStorage) -> HdfsWritten:
+        res = self.res
+        loop = asyncio.get_running_loop()
+        async with res.global_sem:
+            pf = res.files_of((msg.app_id, msg.shuffle_id, msg.partition_id))
+            async with pf.sem:
+                slot = pf.slots[pf.free.pop()]
+                ok = False
+                pair = None  # the pair an append was started on
+                try:
+                    for _ in range(_MAX_NAME_PROBES):
+                        if res.is_fenced(msg.app_id, msg.shuffle_id, msg.epoch):
+                            raise AppPurgedError(f"app {msg.app_id} shuffle {msg.shuffle_id} was purged")
+                        candidate = file_pair(remote.base, msg.app_id, msg.shuffle_id, msg.partition_id,
+                                              res.server_id, slot.index, slot.retry)
+                        index_bytes, data_len = build_index(msg.blocks, slot.data_len)
+                        pair = candidate
+                        fut = loop.run_in_executor(res.pool, _append, res.io, remote, pair,
+                                                   [b.data for b in msg.blocks], index_bytes, not slot.created)
+                        try:
+                            written = await asyncio.wait_for(asyncio.shield(fut), res.write_timeout_s)
+                        except TimeoutError:
+                            fut.add_done_callback(_consume)
+                            raise TimeoutError(f"HDFS write did not finish within {res.write_timeout_s:g}s "
+                                               f"(hdfs_store.write_timeout_sec)") from None
+                        if not written:  # the names are taken (an earlier run of this server id)
+                            slot.retry += 1
+                            pair = None
+                            continue
+                        offset = slot.data_len
+                        slot.created = True
+                        slot.data_len += data_len
+                        ok = True
+                        res.written_bytes += data_len
+                        res.writes += 1
+                        res.app_bytes[msg.app_id] += data_len
+                        if res.recoveries and not res.recovering:
+                            self.spawn(self._recover())  # HDFS works again: close the abandoned files
+                        return HdfsWritten(pair.data, offset, slot.data_len)
+                    raise HdfsWriteError(f"no free file name for {candidate.data} after {_MAX_NAME_PROBES} tries")
+                except RiffleError:
+                    raise
+                except Exception as e:  # any client error (re-raised as HdfsWriteError): the batch goes elsewhere
+                    res.write_failures += 1
+                    raise HdfsWriteError(f"HDFS write of {len(msg.blocks)} blocks of {msg.app_id}/"
+                                         f"{msg.shuffle_id}/{msg.partition_id} failed: {e!r}") from e
+                finally:
+                    if not ok and pair is not None:
+                        # the pair may be leased, half written or still written by a stuck thread: it is
+                        # never written again, and its lease is recovered (the acknowledged part of the
+                        # data file is not readable while the failed append keeps its last block open)
+                        res.recoveries[pair.data] = res.recoveries[pair.index] = remote
+                        slot.retry += 1
+                        slot.created = False
+                        slot.data_len = 0
+                        res.new_file_pairs += 1
+                    pf.free.append(slot.index)
+
+    async def _recover(self) -> None:
+        res = self.res
+        res.recovering = True
+        loop = asyncio.get_running_loop()
+        try:
+            for path, remote in list(res.recoveries.items()):
+                try:
+                    done = await asyncio.wait_for(loop.run_in_executor(
+                        res.pool, _recover_lease, res.io, remote, path), res.write_timeout_s * 2)
+                except Exception as e:  # noqa: BLE001 - tried again after the next successful write
+                    logger.warning("HDFS lease recovery of {} failed: {!r}", path, e)
+                    return
+                if done:
+                    res.recoveries.pop(path, None)
+                    logger.info("HDFS file {} closed by lease recovery after a failed write", path)
+        finally:
+            res.recovering = False
+
+    async def _purge(self, msg: PurgeFiles) -> int:
+        res = self.res
+        live = [f for f in res.inflight.get(msg.app_id, ()) if not f.done()]
+        if live:  # fenced already: no new write starts; let the running ones end first
+            await asyncio.wait(live, timeout=res.write_timeout_s)
+        if msg.shuffle_id is None:
+            for key in [k for k in res.partitions if k[0] == msg.app_id]:
+                del res.partitions[key]
+            remote = res.remotes.pop(msg.app_id, None)
+            res.app_bytes.pop(msg.app_id, None)
+            res.app_fallbacks.pop(msg.app_id, None)
+        else:
+            for key in [k for k in res.partitions if k[0] == msg.app_id and k[1] == msg.shuffle_id]:
+                del res.partitions[key]
+            remote = res.remotes.get(msg.app_id)
+        if remote is not None:
+            directory_prefix = (app_dir(remote.base, msg.app_id) if msg.shuffle_id is None
+                                else shuffle_dir(remote.base, msg.app_id, msg.shuffle_id)) + "/"
+            for path in [p for p in res.recoveries if p.startswith(directory_prefix)]:
+                del res.recoveries[path]
+        if remote is None or not res.server_id:
+            return 0
+        directory = (app_dir(remote.base, msg.app_id) if msg.shuffle_id is None
+                     else shuffle_dir(remote.base, msg.app_id, msg.shuffle_id))
+        loop = asyncio.get_running_loop()
+        try:
+            n = await asyncio.wait_for(loop.run_in_executor(
+                res.pool, _remove, res.io, remote, directory, server_prefix(res.server_id)), res.write_timeout_s)
+        except Exception as e:  # noqa: BLE001 - a purge failure is logged, the app is gone anyway
+            logger.bind(app_id=msg.app_id).warning("could not delete HDFS files under {}{}: {!r}",
+                                                   remote.fs_url, directory, e)
+            return 0
+        res.files_purged += n
+        return n
+
+
+def _append(io: HdfsIO, remote: RemoteStorage, pair, data, index: bytes, create: bool) -> bool:
+    client = io.client(remote.fs_url, remote.conf)
+    if create and (io.exists(client, pair.data) or io.exists(client, pair.index)):
+        return False
+    io.append_pair(client, pair, data, index, create)
+    return True
+
+
+def _recover_lease(io: HdfsIO, remote: RemoteStorage, path: str) -> bool:
+    return io.recover_lease(io.client(remote.fs_url, remote.conf), path)
+
+
+def _remove(io: HdfsIO, remote: RemoteStorage, directory: str, prefix: str) -> int:
+    return io.remove_server_files(io.client(remote.fs_url, remote.conf), directory, prefix)
+
+
+def _consume(fut: asyncio.Future) -> None:
+    if not fut.cancelled():
+        fut.exception()
+
+
+# ---------------------------------------------------------------------------- the dispatcher's route
+class HdfsSpillRoute:
+    """Chooses the tier of one spill attempt and writes to HDFS when it is HDFS.
+
+    ``try_spill`` answers True when HDFS acknowledged the batch, False when the batch goes to
+    the local disks (chosen so, or after an HDFS failure, which is then a counted fallback).
+    ``on_choice(tier, reason)`` and ``on_spilled(tier, bytes, seconds)`` are metrics hooks.
+    """
+
+    def __init__(self, writer: ActorRef, resources: HdfsResources, rules: TierRules, *,
+                 clock: Clock | None = None, on_choice: Callable[[str, str], None] | None = None,
+                 on_spilled: Callable[[str, int, float], None] | None = None):
+        self.writer = writer
+        self.res = resources
+        self.rules = rules
+        self.clock = clock or SystemClock()
+        self.on_choice = on_choice
+        self.on_spilled = on_spilled
+        self.choices: Counter = Counter()  # (tier, reason) -> attempts
+        self._log = RateLimitedLog(10.0, monotonic=self.clock.monotonic)
+
+    async def try_spill(self, job, healthy_disks: int) -> bool:
+        data_bytes = sum(len(b.data) for b in job.blocks)
+        now = self.clock.monotonic()
+        choice = choose_tier(self.rules, batch_bytes=data_bytes, huge=getattr(job, "huge", False),
+                             healthy_disks=healthy_disks, has_remote=job.app_id in self.res.remotes,
+                             hdfs_healthy=self.res.health.healthy(now))
+        if choice.reason == TierReason.HDFS_UNHEALTHY:
+            self.res.app_fallbacks[job.app_id] += 1
+        self._count(choice.tier, choice.reason)
+        if choice.tier != Tier.HDFS:
+            return False
+        started = self.clock.monotonic()
+        try:
+            await self.writer.ask(HdfsWrite(app_id=job.app_id, shuffle_id=job.shuffle_id,
+                                            partition_id=job.partition_id, blocks=job.blocks, epoch=job.epoch))
+        except AppPurgedError:
+            # purged meanwhile: not an HDFS fault. The dispatcher's next step drops the batch (the disks
+            # are fenced too, and the owner is gone)
+            return False
+        except (HdfsWriteError, ActorDeadError, Exception) as e:  # noqa: BLE001 - the batch goes local
+            self.res.health.failed(self.clock.monotonic(), str(e))
+            self.res.app_fallbacks[job.app_id] += 1
+            self._count(Tier.LOCALFILE, TierReason.HDFS_FAILED)
+            show, suppressed = self._log.should_log("hdfs-failed")
+            if show:
+                logger.bind(app_id=job.app_id).warning(
+                    "HDFS spill of {}/{}/{} failed ({}); HDFS is skipped for {:g}s, the batch goes to local "
+                    "disk{}", job.app_id, job.shuffle_id, job.partition_id, e, self.rules.retry_after_s,
+                    f" ({suppressed} similar messages suppressed)" if suppressed else "")
+            return False
+        self.res.health.succeeded()
+        if self.on_spilled is not None:
+            self.on_spilled(Tier.HDFS.value, data_bytes, self.clock.monotonic() - started)
+        return True
+
+    def _count(self, tier: Tier, reason: TierReason) -> None:
+        self.choices[(tier.value, reason.value)] += 1
+        if self.on_choice is not None:
+            self.on_choice(tier.value, reason.value)

@@ -1,0 +1,143 @@
+"""Blocking HDFS operations of the HDFS tier, with the ``hdfs-native`` client (Rust, no JVM).
+
+This module owns the calls into ``hdfs_native``: one ``Client`` per (file system URL, conf
+items), appending a batch to a data/index file pair (data first, then index, spec §5.2), and
+deleting this server's files of an app or shuffle. Every function blocks; the HDFS writer
+actors run them on their thread pool, never on the event loop.
+
+``HdfsIO`` is the seam for fault tests, as ``LocalIO`` is for disks: a test passes a subclass
+whose ``append_pair`` fails on demand. It does not cover: file names
+(``riffle_actors.protocol.hdfs_layout``) or which batch goes to HDFS
+(``riffle_actors.state.tier_policy``).
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+from collections.abc import Iterable, Mapping
+
+from riffle_actors.protocol.hdfs_layout import FilePair
+
+try:  # the server runs without it unless store_type names HDFS
+    import hdfs_native
+except ImportError:  # pragma: no cover - hdfs-native is a dependency; kept for a clear message
+    hdfs_native = None
+
+
+class HdfsUnavailableError(RuntimeError):
+    """hdfs-native is not installed."""
+
+
+class HdfsIO:
+    """The blocking HDFS operations; thread-safe (one client per file system and conf)."""
+
+    def __init__(self, replication: int | None = None):
+        self.replication = replication
+        self._clients: dict[tuple[str, tuple[tuple[str, str], ...]], object] = {}
+        self._lock = threading.Lock()
+
+    def client(self, fs_url: str, conf: Iterable[tuple[str, str]] = ()):
+        """The client of one file system (created on first use; connections are lazy)."""
+        if hdfs_native is None:
+            raise HdfsUnavailableError("the hdfs-native package is not installed (pip install hdfs-native)")
+        key = (fs_url, tuple(sorted(conf)))
+        with self._lock:
+            c = self._clients.get(key)
+            if c is None:
+                c = self._clients[key] = hdfs_native.Client(fs_url or None, dict(key[1]) or None)
+            return c
+
+    def forget(self, fs_url: str, conf: Iterable[tuple[str, str]] = ()) -> None:
+        with self._lock:
+            self._clients.pop((fs_url, tuple(sorted(conf))), None)
+
+    def append_pair(self, client, pair: FilePair, data: Iterable[bytes | memoryview], index: bytes,
+                    create: bool) -> None:
+        """Append ``data`` to ``pair.data``, then ``index`` to ``pair.index``; ``create``: new files.
+
+        Creating refuses to overwrite (``FileExistsError``-like errors come from hdfs-native as
+        ``FileExistsError`` or ``OSError``); the caller then moves to the next retry suffix.
+        """
+        self._write_file(client, pair.data, data, create)
+        self._write_file(client, pair.index, (index,), create)
+
+    def _write_file(self, client, path: str, chunks: Iterable[bytes | memoryview], create: bool) -> None:
+        if create:
+            opts = hdfs_native.WriteOptions(overwrite=False, create_parent=True, replication=self.replication)
+            w = client.create(path, opts)
+        else:
+            w = client.append(path)
+        try:
+            for chunk in chunks:
+                w.write(chunk)
+        finally:
+            try:
+                w.close()  # completes the file on the NameNode; blocks (here, on a writer thread)
+            finally:
+                # hdfs-native's FileWriter.close does not mark the object closed, so io.IOBase.__del__
+                # would call it again when the object is collected, in whatever thread does that, the
+                # event loop's included, and block it on a dead NameNode. Mark it closed ourselves.
+                io.RawIOBase.close(w)
+
+    def recover_lease(self, client, path: str, attempts: int = 60, pause_s: float = 0.5) -> bool:
+        """Close ``path`` for good after a failed write (HDFS lease recovery), so readers see its
+        acknowledged bytes again; True once closed (or gone), False if still recovering."""
+        for _ in range(attempts):
+            try:
+                if client.recover_lease(path):
+                    return True
+            except FileNotFoundError:
+                return True
+            time.sleep(pause_s)
+        return False
+
+    def exists(self, client, path: str) -> bool:
+        try:
+            client.get_file_info(path)
+            return True
+        except FileNotFoundError:
+            return False
+
+    def remove_server_files(self, client, directory: str, prefix: str) -> int:
+        """Delete the files under ``directory`` whose name starts with ``prefix`` (this server's),
+        then every directory left empty, ``directory`` included. Returns files deleted.
+
+        Other servers' files of the same app stay: several servers write one app's directory.
+        """
+        try:
+            entries = list(client.list_status(directory, True))
+        except FileNotFoundError:
+            return 0
+        deleted = 0
+        dirs = [directory]
+        for st in entries:
+            if st.isdir:
+                dirs.append(st.path)
+            elif st.path.rsplit("/", 1)[-1].startswith(prefix):
+                client.delete(st.path, False)
+                deleted += 1
+        for d in sorted(dirs, key=lambda p: p.count("/"), reverse=True):
+            try:
+                client.delete(d, False)  # refused while not empty: another server's files remain
+            except (OSError, RuntimeError):
+                pass
+        return deleted
+
+    def list_files(self, client, directory: str) -> dict[str, int]:
+        """name -> length of the files directly under ``directory`` (tests and tools)."""
+        try:
+            return {st.path.rsplit("/", 1)[-1]: st.length for st in client.list_status(directory, False)
+                    if not st.isdir}
+        except FileNotFoundError:
+            return {}
+
+    def read_file(self, client, path: str) -> bytes:
+        with client.read(path) as r:
+            return r.readall()
+
+
+def conf_items(conf: Mapping[str, str] | Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    items = conf.items() if isinstance(conf, Mapping) else conf
+    return tuple(sorted((str(k), str(v)) for k, v in items))

@@ -1,0 +1,181 @@
+"""The pure parts behind riffle-ctl and the coordinator's operator features: operator tags and kill
+in the server registry, app counts, pipeline input, SQL error messages, index checks, the
+Pushgateway pusher's failure accounting and the coordinator's metrics text."""
+
+from __future__ import annotations
+
+import socket
+import zlib
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from riffle_actors.config import MetricsConfig
+from riffle_actors.coordinator.apps import AppRegistry
+from riffle_actors.coordinator.assignment import AssignmentError, AssignmentRequest
+from riffle_actors.coordinator.cluster import ClusterRegistry, ServerHeartbeat, ServerStatus
+from riffle_actors.coordinator.metrics import CoordinatorMetrics
+from riffle_actors.ctl import inspect_file, output, tables
+from riffle_actors.metrics_push import MetricsPusher
+from riffle_actors.protocol.index import IndexEntry, encode_index
+from riffle_actors.runtime import ManualClock
+
+TAGS = frozenset({"ss_v5", "GRPC"})
+
+
+def hb(i: int, **kw) -> ServerHeartbeat:  # type: ignore[no-untyped-def]
+    kw.setdefault("tags", TAGS)
+    kw.setdefault("available_memory", 1 << 30)
+    return ServerHeartbeat(id=f"10.0.0.{i}-19999", ip=f"10.0.0.{i}", grpc_port=19999, **kw)
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def reg(clock: ManualClock) -> ClusterRegistry:
+    return ClusterRegistry(clock=clock, heartbeat_timeout_s=30)
+
+
+def test_operator_tags_are_matched_and_survive_expiry(reg: ClusterRegistry, clock: ManualClock) -> None:
+    reg.heartbeat(hb(1))
+    reg.heartbeat(hb(2))
+    reg.set_operator_tags("10.0.0.2-19999", add=["ssd"])
+    assert [n.id for n in reg.candidates(require_tags=["ssd"])] == ["10.0.0.2-19999"]
+    view = next(v for v in reg.views() if v.node.id == "10.0.0.2-19999")
+    assert view.tags == TAGS | {"ssd"} and view.operator_tags == {"ssd"}
+    clock.advance(31)
+    reg.expire()
+    reg.heartbeat(hb(2))  # back after expiry: the operator's tag is still there
+    assert [n.id for n in reg.candidates(require_tags=["ssd"])] == ["10.0.0.2-19999"]
+    with pytest.raises(ValueError, match="reported by server 10.0.0.2-19999 itself"):
+        reg.set_operator_tags("10.0.0.2-19999", remove=["GRPC"])
+    reg.set_operator_tags("10.0.0.2-19999", remove=["ssd"])
+    with pytest.raises(AssignmentError, match="no server offers ssd"):
+        reg.assign(AssignmentRequest(partition_num=1), require_tags=["ssd"])
+
+
+def test_kill_is_decommissioned_until_cancelled(reg: ClusterRegistry) -> None:
+    reg.heartbeat(hb(1))
+    reg.set_operator_status("10.0.0.1-19999", ServerStatus.DECOMMISSIONED)
+    assert reg.views()[0].status is ServerStatus.DECOMMISSIONED and reg.candidates() == []
+    reg.set_operator_status("10.0.0.1-19999", ServerStatus.ACTIVE)
+    assert reg.views()[0].status is ServerStatus.ACTIVE
+    with pytest.raises(ValueError):
+        reg.set_operator_status("10.0.0.1-19999", ServerStatus.LOST)
+
+
+def test_views_carry_the_heartbeat_age(reg: ClusterRegistry, clock: ManualClock) -> None:
+    reg.heartbeat(hb(1))
+    clock.advance(7.5)
+    assert reg.views()[0].heartbeat_age_s == pytest.approx(7.5)
+
+
+def test_app_registry_counts(clock: ManualClock) -> None:
+    apps = AppRegistry(clock=clock, heartbeat_timeout_s=10, history_size=1)
+    apps.register("a")
+    apps.register("b")
+    apps.heartbeat("a")
+    clock.advance(11)
+    apps.register("c")
+    apps.expire()
+    assert apps.stats() == {"active": 1, "historical": 1, "expired_total": 2, "registered_total": 3}
+
+
+@pytest.mark.parametrize("text", [
+    '[{"id": "s1"}, {"id": "s2"}, {"id": "s1"}]',
+    '{"id": "s1"}\n{"id": "s2"}\n',
+    "id,status\ns1,UNHEALTHY\ns2,UNHEALTHY\n",
+    '[{"server_id": "s1"}, {"server_id": "s2"}]',
+])
+def test_pipeline_input_formats(text: str) -> None:
+    assert output.read_ids(text) == ["s1", "s2"]
+
+
+def test_pipeline_input_without_ids() -> None:
+    assert output.read_ids("") == [] and output.read_ids("[]") == []
+    with pytest.raises(ValueError, match="no 'id' column.*'status'"):
+        output.read_ids('[{"status": "ACTIVE"}]')
+    with pytest.raises(ValueError, match="neither JSON nor JSON lines"):
+        output.read_ids("{nope")
+
+
+def test_query_errors_name_the_table_or_column() -> None:
+    rows = {"instances": [{"id": "s1", "status": "ACTIVE", "tags": ["a", "b"], "disks": [{"capacity": 10,
+                                                                                          "used_bytes": 4}]}]}
+    names, result = tables.run_query("select id, tags, disk_capacity, disk_used, status from instances",
+                                     lambda t: rows.get(t, []))
+    assert names == ["id", "tags", "disk_capacity", "disk_used", "status"]
+    assert result == [("s1", "a,b", 10, 4, "ACTIVE")]
+    with pytest.raises(tables.QueryError, match="unknown table 'apps': the tables are instances, active_apps"):
+        tables.run_query("select * from apps", lambda t: [])
+    with pytest.raises(tables.QueryError, match=r"unknown column 'nme'\. Columns of active_apps: app_id"):
+        tables.run_query("select nme from active_apps", lambda t: [])
+    assert tables.run_query("select count(*) from historical_apps", lambda t: []) == (["count_star()"], [(0,)])
+
+
+def _files(tmp_path: Path, blocks: list[bytes], *, torn: bytes = b"", gap: int = 0) -> tuple[Path, Path]:
+    entries, offset = [], 0
+    for i, b in enumerate(blocks):
+        entries.append(IndexEntry(offset, len(b), len(b), zlib.crc32(b), i, 0))
+        offset += len(b) + (gap if i == 0 else 0)
+    index, data = tmp_path / "p.index", tmp_path / "p.data"
+    index.write_bytes(encode_index(entries) + torn)
+    data.write_bytes(blocks[0] + b"\0" * gap + b"".join(blocks[1:]))
+    return index, data
+
+
+def test_inspect_reports_torn_tails_and_gaps(tmp_path: Path) -> None:
+    index, data = _files(tmp_path, [b"a" * 10, b"b" * 20])
+    assert inspect_file.inspect(str(index), str(data)).ok
+    index, data = _files(tmp_path, [b"a" * 10, b"b" * 20], torn=b"xyz")
+    report = inspect_file.inspect(str(index), str(data))
+    assert report.torn_tail == 3 and not report.ok and "torn tail: 3 byte(s)" in report.problems[0]
+    index, data = _files(tmp_path, [b"a" * 10, b"b" * 20], gap=4)
+    report = inspect_file.inspect(str(index), str(data))
+    assert any("record 1 starts at offset 14, the previous block ends at 10 (gap)" in p for p in report.problems)
+    assert not report.bad_blocks
+
+
+async def test_pusher_counts_failures_and_keeps_going(clock: ManualClock) -> None:
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    metrics = CoordinatorMetrics()
+    refreshed = []
+
+    async def refresh() -> None:
+        refreshed.append(1)
+
+    pusher = MetricsPusher(MetricsConfig(push_gateway_endpoint=f"http://127.0.0.1:{port}", push_interval_sec=1),
+                           registry=metrics.registry, job="riffle-coordinator", grouping={"instance": "x"},
+                           refresh=refresh, clock=clock)
+    assert await pusher.push_once() is False and await pusher.push_once() is False
+    assert pusher.failures == 2 and pusher.pushes == 0 and len(refreshed) == 2
+
+
+def test_coordinator_metrics_text() -> None:
+    m = CoordinatorMetrics()
+    m.snapshot.servers_by_status = {"ACTIVE": 2, "LOST": 0}
+    m.snapshot.heartbeat_ages_s = [0.5, 12.0]
+    m.snapshot.rpc_calls = {"heartbeat": 5}
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in text_string_to_metric_families(m.render().decode()) for s in f.samples}
+    assert samples[("riffle_coordinator_servers", (("status", "ACTIVE"),))] == 2
+    assert samples[("riffle_coordinator_heartbeat_lag_seconds", ())] == 12.0
+    assert samples[("riffle_coordinator_heartbeat_age_seconds_bucket", (("le", "10.0"),))] == 1
+    assert samples[("riffle_coordinator_heartbeat_age_seconds_count", ())] == 2
+    assert samples[("riffle_coordinator_rpc_total", (("rpc", "heartbeat"),))] == 5
+
+
+def test_coordinator_conf_listing_leaves_secrets_out() -> None:
+    from riffle_actors.transport.coordinator_http import flatten_config
+
+    items = dict(flatten_config({"admin": {"token": "s" * 20}, "grpc_port": 21000,
+                                 "metrics": {"push_gateway_endpoint": "http://user:pw@gw:9091", "labels": {"a": "b"}},
+                                 "server": {"allowed_networks": ["10.0.0.0/8"]}}))
+    assert items == {"grpc_port": "21000", "metrics.push_gateway_endpoint": "http://***@gw:9091",
+                     "metrics.labels": '{"a":"b"}', "server.allowed_networks": '["10.0.0.0/8"]'}
