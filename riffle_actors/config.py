@@ -214,7 +214,7 @@ class LocalfileStoreConfig(StrictModel):
     disk_io_timeout_sec: float = Field(
         60.0, gt=0, description="a disk read or write not done in time fails with TIMEOUT (a spill then "
                                 "moves to another disk); the blocked thread is left to finish")
-    disk_write_threads: int = Field(1, ge=1, le=16, description="writer threads per disk (appends stay ordered)")
+    disk_write_threads: int = Field(1, ge=1, le=16, description="writer threads per disk (appends to one partition are serialized)")
     disk_read_threads: int = Field(2, ge=1, le=32, description="reader threads per disk")
     direct_io_append_enable: bool = Field(
         True, description="spill appends bypass the page cache (O_DIRECT from aligned buffers; the unaligned "

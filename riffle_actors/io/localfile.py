@@ -5,6 +5,9 @@ block bytes are appended to the data file first (one ``writev``), then the match
 index records (one write); if either step fails both files are truncated back to their
 previous length, so a failed spill never leaves a torn index record that would misalign
 every later one. Every function here blocks and must run on the owning DiskActor's threads.
+Appends to one partition are serialized (a striped lock on its path): with several writer
+threads per disk (``disk_write_threads``), two batches of one partition would otherwise read
+the same starting offset and misplace index records (or, with O_DIRECT, overwrite each other).
 
 Layout (private to the server, Riffle's): ``<root>/<app_id>/<shuffle_id>/partition-<p>.{data,index}``.
 
@@ -46,6 +49,7 @@ DIRECT_ALIGN = 4096
 DIRECT_STAGING_BYTES = 8 << 20
 """Size of a writer thread's aligned staging buffer (a spill larger than this is written in pieces)."""
 _ZEROS = bytes(DIRECT_ALIGN)
+_APPEND_LOCKS = tuple(threading.Lock() for _ in range(64))  # striped by partition path
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
 
 _staging = threading.local()
@@ -167,6 +171,12 @@ def _write_direct(data_path: str, data_fd: int, base: int, blocks: Sequence[Bloc
 
 
 def _append(data_path: str, index_path: str, blocks: Sequence[Block], fsync: bool, direct: bool) -> tuple[int, int]:
+    with _APPEND_LOCKS[hash(data_path) % len(_APPEND_LOCKS)]:
+        return _append_locked(data_path, index_path, blocks, fsync, direct)
+
+
+def _append_locked(data_path: str, index_path: str, blocks: Sequence[Block], fsync: bool, direct: bool
+                   ) -> tuple[int, int]:
     if direct:
         try:
             data_fd = os.open(data_path, os.O_WRONLY | os.O_CREAT | _O_DIRECT, 0o644)

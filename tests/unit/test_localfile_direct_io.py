@@ -99,3 +99,28 @@ def test_direct_appends_bypass_the_page_cache(tmp_path: Path):
     out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", data_b],
                          capture_output=True, text=True, check=True).stdout
     assert int(out.split()[0]) >= 4 << 20
+
+
+@pytest.mark.parametrize("direct", [False, True], ids=["buffered", "direct"])
+def test_concurrent_appends_to_one_partition_keep_every_block_at_its_indexed_offset(
+    tmp_path: Path, direct: bool
+) -> None:
+    """Several writer threads per disk (``disk_write_threads``) may append batches of one partition at
+    once; each block must still be found, byte-exact, where its index record says."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from riffle_actors.protocol.index import decode_index
+
+    if direct:
+        _needs_direct(tmp_path)
+    batches = [_blocks([random.Random(i).randint(1, 9000) for _ in range(3)], seed=i, start_id=10 * i)
+               for i in range(200)]
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda b: localfile.append_batch(str(tmp_path), "app", 1, 3, b, direct=direct), batches))
+    data, index = _files(tmp_path)
+    entries = decode_index(index)
+    expected = {b.block_id: bytes(b.data) for batch in batches for b in batch}
+    assert sorted(e.block_id for e in entries) == sorted(expected)
+    assert sum(e.length for e in entries) == len(data)
+    for e in entries:
+        assert data[e.offset:e.offset + e.length] == expected[e.block_id], f"block {e.block_id} misplaced"
