@@ -214,8 +214,12 @@ class LocalfileStoreConfig(StrictModel):
     disk_io_timeout_sec: float = Field(
         60.0, gt=0, description="a disk read or write not done in time fails with TIMEOUT (a spill then "
                                 "moves to another disk); the blocked thread is left to finish")
-    disk_write_threads: int = Field(1, ge=1, le=16, description="writer threads per disk (appends stay ordered)")
+    disk_write_threads: int = Field(1, ge=1, le=16, description="writer threads per disk (appends to one partition are serialized)")
     disk_read_threads: int = Field(2, ge=1, le=32, description="reader threads per disk")
+    direct_io_append_enable: bool = Field(
+        True, description="spill appends bypass the page cache (O_DIRECT from aligned buffers; the unaligned "
+                          "tail is rewritten by the next append); a file system that refuses O_DIRECT gets "
+                          "buffered appends, with the reason logged")
 
     @model_validator(mode="after")
     def _check(self) -> LocalfileStoreConfig:
@@ -313,6 +317,12 @@ class UrpcConfig(StrictModel):
     max_requests_per_connection: int = Field(
         64, ge=1, le=4096, description="requests of one connection in progress at once; above it the "
                                        "connection stops reading until replies are sent")
+    sendfile_enable: bool = Field(
+        True, description="GetLocalShuffleData replies go from the data file to the socket with sendfile (no "
+                          "copy through the server process) when the connection has nothing else queued; "
+                          "false: read into memory, then write")
+    sendfile_stall_timeout_sec: float = Field(
+        60.0, gt=0, description="a sendfile reply the client does not read for this long closes the connection")
 
 
 class ServerConfig(StrictModel):

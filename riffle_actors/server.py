@@ -67,7 +67,7 @@ from riffle_actors.config import ConfigError, ServerConfig, load_config
 from riffle_actors.credentials import AdminCredentialError, AdminCredentials
 from riffle_actors.decommission import Lifecycle
 from riffle_actors.io.hdfs import HdfsIO
-from riffle_actors.io.local import LOCAL_IO, LocalIO
+from riffle_actors.io.local import LocalIO, RealLocalIO
 from riffle_actors.io.malloc import tune_malloc
 from riffle_actors.io.probe import ProbeFn, probe_disk
 from riffle_actors.io.probe_fleet import ProbeFleet
@@ -181,10 +181,11 @@ class ShuffleServer:
         self.storage = storage
         self.disks = []
         ls = cfg.localfile_store
+        real_io = RealLocalIO(direct_io=ls.direct_io_append_enable)
         for path in ls.data_paths:
             # created once per disk: threads, IO layer and fences survive Disk actor restarts
             res = self._disk_resources[path] = DiskResources(
-                path, path, local_io=self._local_io_factory(path, path) if self._local_io_factory else LOCAL_IO,
+                path, path, local_io=self._local_io_factory(path, path) if self._local_io_factory else real_io,
                 write_threads=ls.disk_write_threads, read_threads=ls.disk_read_threads,
                 io_timeout_s=ls.disk_io_timeout_sec)
             spec = ChildSpec(f"disk:{path}", lambda p=path, r=res: DiskActor(p, p, resources=r))
@@ -280,7 +281,8 @@ class ShuffleServer:
             self._urpc = UrpcServer(self.service, self.metrics, max_frame_bytes=cfg.grpc_max_message_size,
                                     max_connections=uc.max_connections, max_inflight_bytes=uc.max_inflight_bytes,
                                     max_requests_per_connection=uc.max_requests_per_connection,
-                                    index_v2=uc.get_index_rpc_version == "V2")
+                                    index_v2=uc.get_index_rpc_version == "V2", sendfile=uc.sendfile_enable,
+                                    sendfile_stall_s=uc.sendfile_stall_timeout_sec)
             self.urpc_port = await self._urpc.start(cfg.urpc_bind_address, cfg.urpc_port)
         self._http, self.http_port = await start_http_server(self.admin, cfg.http_bind_address, cfg.http_port,
                                                              lifecycle=self.lifecycle, credentials=credentials)

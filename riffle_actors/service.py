@@ -206,7 +206,9 @@ class ShuffleService:
         return index, data_len, storage_ids
 
     async def get_local_data(self, app_id: str, shuffle_id: int, partition_id: int, storage_id: int,
-                             offset: int, length: int) -> bytes:
+                             offset: int, length: int, as_file: bool = False):
+        """The bytes of a data-file range; with ``as_file`` a ``DataFile`` (an open descriptor the caller
+        must close, for ``sendfile``) instead, or ``b""`` for an empty range."""
         if offset < 0 or length < 0:
             raise InvalidRequestError(f"invalid offset {offset} / length {length}")
         if length > self.max_read_length:
@@ -224,8 +226,8 @@ class ShuffleService:
         if length == 0:
             return b""
         data = await self._ask_disk(disk, ReadData(app_id=app_id, shuffle_id=shuffle_id, partition_id=partition_id,
-                                                   offset=offset, length=length))
-        self.metrics.read_local_bytes.inc(len(data))
+                                                   offset=offset, length=length, as_file=as_file))
+        self.metrics.read_local_bytes.inc(length)
         return data
 
     async def _ask_disk(self, disk: str, msg):

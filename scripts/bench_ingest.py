@@ -15,7 +15,10 @@ read (psutil: user + system time of the server process over each phase).
                                    [--capacity 512M] [--senders 8] [--request-kib 1024]
 
 The server's own settings can be tried through its environment, e.g. glibc's malloc tunables:
-``--server-env MALLOC_MMAP_THRESHOLD_=1048576``. Numbers vary 15-30 % run to run on a shared 2-core box;
+``--server-env MALLOC_MMAP_THRESHOLD_=1048576``; server config variants through ``--variant``, e.g.
+``--variant direct --variant buffered:localfile_store.direct_io_append_enable=false --rounds 2``
+(every variant of every transport in each round, interleaved). CPU s/GB is user + system; the
+``sys`` column is the system (kernel) part. Numbers vary 15-30 % run to run on a shared 2-core box;
 compare figures from one run. Each transport gets a fresh server (same config), so the runs do not
 share memory state.
 """
@@ -315,10 +318,15 @@ def run_client(index: int, port: int, urpc_port: int, args: dict, go_write, go_r
 
 
 def cpu_s(pid: int) -> float:
+    return sum(cpu_us(pid))
+
+
+def cpu_us(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of a process so far."""
     import psutil
 
     t = psutil.Process(pid).cpu_times()
-    return t.user + t.system
+    return t.user, t.system
 
 
 def run_clients(label: str, server_pid: int, port: int, urpc_port: int, args: dict) -> dict:
@@ -333,20 +341,22 @@ def run_clients(label: str, server_pid: int, port: int, urpc_port: int, args: di
         p.start()
     try:
         time.sleep(1.0)  # let the clients import and connect (not a test: a benchmark's settle time)
-        c0 = cpu_s(server_pid)
+        c0 = cpu_us(server_pid)
         go_write.set()
         written = [q.get(timeout=3600) for _ in range(n)]
-        c1 = cpu_s(server_pid)
+        c1 = cpu_us(server_pid)
         out = {"name": label, "write_bytes": sum(w[2]["write_bytes"] for w in written),
                "write_s": max(w[2]["write_end"] for w in written) - min(w[2]["write_start"] for w in written),
-               "send_lat": [x for w in written for x in w[2]["send_lat"]], "write_cpu_s": c1 - c0}
+               "send_lat": [x for w in written for x in w[2]["send_lat"]],
+               "write_cpu_s": sum(c1) - sum(c0), "write_sys_s": c1[1] - c0[1]}
         if args["read_back"]:
             go_read.set()
             reads = [q.get(timeout=3600) for _ in range(n)]
-            c2 = cpu_s(server_pid)
+            c2 = cpu_us(server_pid)
             out.update({"read_bytes": sum(r[2]["read_bytes"] for r in reads),
                         "read_s": max(r[2]["read_end"] for r in reads) - min(r[2]["read_start"] for r in reads),
-                        "read_lat": [x for r in reads for x in r[2]["read_lat"]], "read_cpu_s": c2 - c1,
+                        "read_lat": [x for r in reads for x in r[2]["read_lat"]],
+                        "read_cpu_s": sum(c2) - sum(c1), "read_sys_s": c2[1] - c1[1],
                         "bad": sum(r[2]["bad"] for r in reads)})
         for p in procs:
             p.join(120)
@@ -358,20 +368,33 @@ def run_clients(label: str, server_pid: int, port: int, urpc_port: int, args: di
                 p.join(10)
 
 
-def start_server(work: Path, name: str, capacity: str, transport: str, env_extra: dict) -> tuple:
+def parse_variant(text: str) -> tuple[str, dict[str, dict[str, str]]]:
+    """``NAME[:section.key=value,...]`` -> (name, {section: {key: TOML value}})."""
+    name, _, rest = text.partition(":")
+    overrides: dict[str, dict[str, str]] = {}
+    for item in filter(None, rest.split(",")):
+        key, _, value = item.partition("=")
+        section, _, field = key.rpartition(".")
+        overrides.setdefault(section, {})[field] = value
+    return name, overrides
+
+
+def start_server(work: Path, name: str, capacity: str, transport: str, env_extra: dict,
+                 overrides: dict[str, dict[str, str]] | None = None) -> tuple:
     data_dir = work / f"data-{name}"
     cfg = work / f"{name}.toml"
-    cfg.write_text(f"""grpc_port = 0
-http_port = 0
-{"urpc_port = 0" if transport == "urpc" else ""}
-[memory_store]
-capacity = "{capacity}"
-[localfile_store]
-data_paths = ["{data_dir}"]
-[log]
-path = "{work / (name + '.log')}"
-level = "WARNING"
-""")
+    sections: dict[str, dict[str, str]] = {
+        "": {"grpc_port": "0", "http_port": "0", **({"urpc_port": "0"} if transport == "urpc" else {})},
+        "memory_store": {"capacity": f'"{capacity}"'},
+        "localfile_store": {"data_paths": f'["{data_dir}"]'},
+        "log": {"path": f'"{work / (name + ".log")}"', "level": '"WARNING"'},
+    }
+    for section, values in (overrides or {}).items():
+        sections.setdefault(section, {}).update(values)
+    text = "".join(f"{k} = {v}\n" for k, v in sections.pop("").items())
+    for section, values in sections.items():
+        text += f"[{section}]\n" + "".join(f"{k} = {v}\n" for k, v in values.items())
+    cfg.write_text(text)
     port_file = work / f"{name}.ports.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]), **env_extra}
     server = subprocess.Popen([sys.executable, "-m", "riffle_actors.server", "--config", str(cfg),
@@ -406,7 +429,12 @@ def main() -> int:
     ap.add_argument("--request-kib", type=int, default=1024, help="payload bytes per sendShuffleData")
     ap.add_argument("--server-env", nargs="*", default=[], help="NAME=VALUE for the riffle-server process")
     ap.add_argument("--no-baseline", action="store_true", help="skip the do-nothing servers")
+    ap.add_argument("--variant", action="append", default=[],
+                    help="NAME[:section.key=value,...]: a server config to compare (repeatable; runs interleave), "
+                         "e.g. buffered:localfile_store.direct_io_append_enable=false")
+    ap.add_argument("--rounds", type=int, default=1, help="repeat every (transport, variant) run, interleaved")
     opts = ap.parse_args()
+    variants = [parse_variant(v) for v in opts.variant] or [("", {})]
     env_extra = dict(kv.split("=", 1) for kv in opts.server_env)
     base_args = {"total_mib": opts.total_mib, "partitions": opts.partitions, "senders": opts.senders,
                  "request_bytes": opts.request_kib * 1024, "clients": opts.clients}
@@ -417,7 +445,7 @@ def main() -> int:
         print(f"workload: {opts.total_mib} MiB, {opts.partitions} partitions, 4-64 KiB blocks, "
               f"{opts.request_kib} KiB per send, {opts.clients} client processes x {opts.senders} senders; "
               f"server capacity {opts.capacity}; server env {env_extra or '-'}", flush=True)
-        for transport in opts.transport:
+        for transport, rnd in ((t, r) for r in range(opts.rounds) for t in opts.transport):
             if not opts.no_baseline:
                 ctx = mp.get_context("spawn")
                 q = ctx.Queue()
@@ -430,28 +458,36 @@ def main() -> int:
                 finally:
                     null.terminate()
                     null.join(10)
-            server, port, uport = start_server(work, f"riffle-{transport}", opts.capacity, transport, env_extra)
-            try:
-                r = run_clients(f"riffle-server {transport}", server.pid, port, uport if transport == "urpc" else 0,
-                                {**base_args, "read_back": True})
-                rows.append(r)
-                ok = ok and r["bad"] == 0
-            finally:
-                stop(server)
-            shutil.rmtree(work / f"data-riffle-{transport}", ignore_errors=True)
-        print(f"{'server':22} {'write MB/s':>10} {'p50 ms':>7} {'p99 ms':>7} {'CPU s/GB':>8} | {'read MB/s':>9} "
-              f"{'p50 ms':>7} {'p99 ms':>7} {'CPU s/GB':>8}")
+            for vname, overrides in variants:
+                label = f"riffle-server {transport}" + (f" {vname}" if vname else "")
+                name = f"riffle-{transport}-{rnd}-{vname or 'default'}"
+                server, port, uport = start_server(work, name, opts.capacity, transport, env_extra, overrides)
+                try:
+                    r = run_clients(label, server.pid, port, uport if transport == "urpc" else 0,
+                                    {**base_args, "read_back": True})
+                    rows.append(r)
+                    ok = ok and r["bad"] == 0
+                finally:
+                    stop(server)
+                shutil.rmtree(work / f"data-{name}", ignore_errors=True)
+                print(f"  done: {label} (load {os.getloadavg()[0]:.2f})", flush=True)
+        print(f"{'server':30} {'write MB/s':>10} {'p50 ms':>7} {'p99 ms':>7} {'CPU s/GB':>8} {'sys':>5} | "
+              f"{'read MB/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'CPU s/GB':>8} {'sys':>5}")
         for r in rows:
             w = r["write_bytes"] / MIB / r["write_s"]
-            line = (f"{r['name']:22} {w:10.1f} {percentile(r['send_lat'], .5) * 1e3:7.2f} "
-                    f"{percentile(r['send_lat'], .99) * 1e3:7.2f} {r['write_cpu_s'] / (r['write_bytes'] / GB):8.2f} | ")
+            gb = r["write_bytes"] / GB
+            line = (f"{r['name']:30} {w:10.1f} {percentile(r['send_lat'], .5) * 1e3:7.2f} "
+                    f"{percentile(r['send_lat'], .99) * 1e3:7.2f} {r['write_cpu_s'] / gb:8.2f} "
+                    f"{r['write_sys_s'] / gb:5.2f} | ")
             if "read_bytes" in r:
+                rgb = r["read_bytes"] / GB
                 line += (f"{r['read_bytes'] / MIB / r['read_s']:9.1f} {percentile(r['read_lat'], .5) * 1e3:7.2f} "
-                         f"{percentile(r['read_lat'], .99) * 1e3:7.2f} {r['read_cpu_s'] / (r['read_bytes'] / GB):8.2f}")
+                         f"{percentile(r['read_lat'], .99) * 1e3:7.2f} {r['read_cpu_s'] / rgb:8.2f} "
+                         f"{r['read_sys_s'] / rgb:5.2f}")
             else:
-                line += f"{'-':>9} {'-':>7} {'-':>7} {'-':>8}"
+                line += f"{'-':>9} {'-':>7} {'-':>7} {'-':>8} {'-':>5}"
             print(line)
-        by = {r["name"]: r for r in rows}
+        by = {r["name"]: r for r in rows}  # the last round of each
         if "riffle-server grpc" in by and "riffle-server urpc" in by:
             g, u = by["riffle-server grpc"], by["riffle-server urpc"]
             print(f"write MB/s urpc/grpc: {(u['write_bytes'] / u['write_s']) / (g['write_bytes'] / g['write_s']):.2f}")

@@ -183,7 +183,8 @@ class DiskActor(Actor):
                     msg.partition_id))
             case ReadData():
                 return self._wrap("read data", loop.run_in_executor(
-                    self.res.reader, self.res.local_io.read_data, self.root, msg.app_id, msg.shuffle_id,
+                    self.res.reader, self.res.local_io.open_data if msg.as_file else self.res.local_io.read_data,
+                    self.root, msg.app_id, msg.shuffle_id,
                     msg.partition_id, msg.offset, msg.length))
             case PurgeFiles():
                 key = (msg.app_id, msg.shuffle_id)

@@ -69,11 +69,15 @@ class ReadIndex:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReadData:
+    """Read a range of a data file; with ``as_file`` the reply is a ``DataFile`` (an open descriptor
+    the asker owns and closes, for ``sendfile``) instead of the bytes."""
+
     app_id: str
     shuffle_id: int
     partition_id: int
     offset: int
     length: int
+    as_file: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -172,6 +172,12 @@ class FaultyLocalIO:
         args = (root, app_id, shuffle_id, partition_id, offset, length)
         return self._run("read_data", args, lambda: self.inner.read_data(*args))
 
+    def open_data(self, root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int,
+                  length: int):
+        """A read served by ``sendfile``: the ``read_data`` rules apply to it too (the same seam)."""
+        args = (root, app_id, shuffle_id, partition_id, offset, length)
+        return self._run("read_data", args, lambda: self.inner.open_data(*args))
+
     def remove_app(self, root: str, app_id: str, shuffle_id: int | None = None) -> None:
         args = (root, app_id, shuffle_id)
         self._run("remove_app", args, lambda: self.inner.remove_app(*args))

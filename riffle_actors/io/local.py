@@ -88,6 +88,11 @@ class LocalIO(Protocol):
     def read_data(self, root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int,
                   length: int) -> bytes: ...
 
+    def open_data(self, root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int,
+                  length: int) -> localfile.DataFile:
+        """The data file opened at the range (for ``sendfile``); the caller closes the descriptor."""
+        ...
+
     def remove_app(self, root: str, app_id: str, shuffle_id: int | None = None) -> None: ...
 
     def append_meta(self, root: str, app_id: str, shuffle_id: int, records: Sequence[tuple[int, bytes]]) -> int:
@@ -100,14 +105,20 @@ class LocalIO(Protocol):
 
 
 class RealLocalIO:
-    """``LocalIO`` backed by the real file system (``riffle_actors.io.localfile``)."""
+    """``LocalIO`` backed by the real file system (``riffle_actors.io.localfile``).
+
+    ``direct_io``: spill appends use O_DIRECT where the file system allows it
+    (``localfile_store.direct_io_append_enable``; see ``localfile``)."""
+
+    def __init__(self, direct_io: bool = False):
+        self.direct_io = direct_io
 
     def ensure_root(self, root: str) -> None:
         localfile.ensure_root(root)
 
     def append_batch(self, root: str, app_id: str, shuffle_id: int, partition_id: int,
                      blocks: Sequence[Block]) -> tuple[int, int]:
-        return localfile.append_batch(root, app_id, shuffle_id, partition_id, blocks)
+        return localfile.append_batch(root, app_id, shuffle_id, partition_id, blocks, direct=self.direct_io)
 
     def read_index(self, root: str, app_id: str, shuffle_id: int, partition_id: int) -> tuple[bytes, int]:
         return localfile.read_index(root, app_id, shuffle_id, partition_id)
@@ -115,6 +126,10 @@ class RealLocalIO:
     def read_data(self, root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int,
                   length: int) -> bytes:
         return localfile.read_data(root, app_id, shuffle_id, partition_id, offset, length)
+
+    def open_data(self, root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int,
+                  length: int) -> localfile.DataFile:
+        return localfile.open_data(root, app_id, shuffle_id, partition_id, offset, length)
 
     def remove_app(self, root: str, app_id: str, shuffle_id: int | None = None) -> None:
         localfile.remove_app(root, app_id, shuffle_id)
@@ -127,4 +142,4 @@ class RealLocalIO:
 
 
 LOCAL_IO: LocalIO = RealLocalIO()
-"""The production ``LocalIO``; stateless, shared by every Disk actor."""
+"""A buffered-IO ``LocalIO``; stateless, shareable (the server builds its own from the config)."""

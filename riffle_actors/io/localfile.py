@@ -5,8 +5,23 @@ block bytes are appended to the data file first (one ``writev``), then the match
 index records (one write); if either step fails both files are truncated back to their
 previous length, so a failed spill never leaves a torn index record that would misalign
 every later one. Every function here blocks and must run on the owning DiskActor's threads.
+Appends to one partition are serialized (a striped lock on its path): with several writer
+threads per disk (``disk_write_threads``), two batches of one partition would otherwise read
+the same starting offset and misplace index records (or, with O_DIRECT, overwrite each other).
 
 Layout (private to the server, Riffle's): ``<root>/<app_id>/<shuffle_id>/partition-<p>.{data,index}``.
+
+Direct IO (``direct_io_append_enable``, Riffle's key and default): block bytes are copied into a
+page-aligned staging buffer (an anonymous ``mmap``, one per writer thread, ``DIRECT_STAGING_BYTES``)
+and written with ``O_DIRECT`` in ``DIRECT_ALIGN``-aligned pieces at aligned file offsets, so the
+spill bypasses the page cache (no dirty pages, no writeback work). The file's unaligned tail
+(less than ``DIRECT_ALIGN`` bytes, from the previous append) is read back and rewritten in front of
+the new bytes; the last piece is padded with zeros to the alignment and the file is then cut back
+to its exact length (``ftruncate``), so readers and the index see exactly the bytes appended,
+at exactly the offsets the index records. Index records stay buffered (as in Riffle).
+A file system that refuses ``O_DIRECT`` (``EINVAL`` at open or write: ramfs, tmpfs before Linux
+6.6, some FUSE/overlay mounts) gets buffered appends from then on; the reason is logged once
+per data path and reported by ``direct_io_refused``.
 
 See also: ``riffle_actors.protocol.index`` (record codec), ``riffle_actors.actors.disk``.
 """
@@ -14,15 +29,41 @@ See also: ``riffle_actors.protocol.index`` (record codec), ``riffle_actors.actor
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import shutil
+import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
+
+from loguru import logger
 
 from riffle_actors.protocol.index import INDEX_RECORD_SIZE, build_index
 from riffle_actors.records import Block
 
 _IOV_MAX = 1024
+
+DIRECT_ALIGN = 4096
+"""File offsets, lengths and buffer addresses of O_DIRECT writes are multiples of this."""
+DIRECT_STAGING_BYTES = 8 << 20
+"""Size of a writer thread's aligned staging buffer (a spill larger than this is written in pieces)."""
+_ZEROS = bytes(DIRECT_ALIGN)
+_APPEND_LOCKS = tuple(threading.Lock() for _ in range(64))  # striped by partition path
+_O_DIRECT = getattr(os, "O_DIRECT", 0)
+
+_staging = threading.local()
+_refused: dict[str, str] = {}  # data path -> why O_DIRECT is not used there
+_refused_lock = threading.Lock()
+
+
+class _DirectRefused(Exception):
+    """The file system refused O_DIRECT; nothing of this append is left behind."""
+
+
+def direct_io_refused(root: str) -> str | None:
+    """Why appends under ``root`` fell back to buffered IO, or None (direct IO in use, or not tried)."""
+    return _refused.get(root)
 
 
 def partition_dir(root: str, app_id: str, shuffle_id: int) -> str:
@@ -53,14 +94,98 @@ def _write_all(fd: int, buffers: Sequence[bytes | memoryview]) -> None:
 
 
 def append_batch(root: str, app_id: str, shuffle_id: int, partition_id: int,
-                 blocks: Sequence[Block], fsync: bool = False) -> tuple[int, int]:
+                 blocks: Sequence[Block], fsync: bool = False, direct: bool = False) -> tuple[int, int]:
     """Append ``blocks`` to the partition's data file, then their index records.
 
+    ``direct``: write the data with O_DIRECT (see the module docstring), falling back to buffered
+    IO for good on a data path whose file system refuses it.
     Returns ``(data_offset_of_first_block, data_file_length_after)``.
     """
     data_path, index_path = partition_paths(root, app_id, shuffle_id, partition_id)
     os.makedirs(os.path.dirname(data_path), exist_ok=True)
-    data_fd = os.open(data_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    if direct and _O_DIRECT and root not in _refused:
+        try:
+            return _append(data_path, index_path, blocks, fsync, direct=True)
+        except _DirectRefused as e:
+            with _refused_lock:
+                first = root not in _refused
+                _refused[root] = str(e)
+            if first:
+                logger.bind(disk=root).warning(
+                    "data path {}: the file system refuses O_DIRECT ({}); spills there use buffered IO", root, e)
+    return _append(data_path, index_path, blocks, fsync, direct=False)
+
+
+def _staging_buffer() -> mmap.mmap:
+    buf = getattr(_staging, "buf", None)
+    if buf is None:
+        buf = _staging.buf = mmap.mmap(-1, DIRECT_STAGING_BYTES)  # anonymous: page-aligned
+    return buf
+
+
+def _pwrite_all(fd: int, view: memoryview, offset: int) -> None:
+    while len(view):
+        written = os.pwrite(fd, view, offset)
+        if written <= 0:
+            raise OSError(errno.EIO, "pwrite wrote nothing")
+        view = view[written:]
+        offset += written
+
+
+def _write_direct(data_path: str, data_fd: int, base: int, blocks: Sequence[Block]) -> None:
+    """Write ``blocks`` at ``base`` through the aligned staging buffer (``data_fd`` has O_DIRECT)."""
+    pos = base - base % DIRECT_ALIGN
+    fill = base - pos
+    buf = _staging_buffer()
+    view = memoryview(buf)
+    try:
+        if fill:
+            # the unaligned tail of the previous append is rewritten in front of the new bytes
+            read_fd = os.open(data_path, os.O_RDONLY)
+            try:
+                if os.preadv(read_fd, [view[:fill]], pos) != fill:
+                    raise OSError(errno.EIO, f"data file {data_path} shrank under its writer")
+            finally:
+                os.close(read_fd)
+        cap = len(view)
+        for b in blocks:
+            src = memoryview(b.data).cast("B")
+            off, n = 0, len(src)
+            while off < n:
+                take = min(n - off, cap - fill)
+                view[fill:fill + take] = src[off:off + take]
+                fill += take
+                off += take
+                if fill == cap:
+                    _pwrite_all(data_fd, view, pos)
+                    pos += cap
+                    fill = 0
+        if fill:
+            padded = -(-fill // DIRECT_ALIGN) * DIRECT_ALIGN
+            view[fill:padded] = _ZEROS[: padded - fill]
+            _pwrite_all(data_fd, view[:padded], pos)
+            if padded != fill:
+                os.ftruncate(data_fd, pos + fill)  # the padding is not data
+    finally:
+        view.release()
+
+
+def _append(data_path: str, index_path: str, blocks: Sequence[Block], fsync: bool, direct: bool) -> tuple[int, int]:
+    with _APPEND_LOCKS[hash(data_path) % len(_APPEND_LOCKS)]:
+        return _append_locked(data_path, index_path, blocks, fsync, direct)
+
+
+def _append_locked(data_path: str, index_path: str, blocks: Sequence[Block], fsync: bool, direct: bool
+                   ) -> tuple[int, int]:
+    if direct:
+        try:
+            data_fd = os.open(data_path, os.O_WRONLY | os.O_CREAT | _O_DIRECT, 0o644)
+        except OSError as e:
+            if e.errno == errno.EINVAL:
+                raise _DirectRefused(f"open with O_DIRECT: {e.strerror}") from e
+            raise
+    else:
+        data_fd = os.open(data_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         index_fd = os.open(index_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
@@ -72,7 +197,15 @@ def append_batch(root: str, app_id: str, shuffle_id: int, partition_id: int,
                 index_base -= index_base % INDEX_RECORD_SIZE
             index_bytes, data_len = build_index(blocks, base)
             try:
-                _write_all(data_fd, [b.data for b in blocks])
+                if not direct:
+                    _write_all(data_fd, [b.data for b in blocks])
+                elif data_len:
+                    try:
+                        _write_direct(data_path, data_fd, base, blocks)
+                    except OSError as e:
+                        if e.errno != errno.EINVAL:
+                            raise
+                        raise _DirectRefused(f"O_DIRECT write: {e.strerror}") from e
                 _write_all(index_fd, [index_bytes])
                 if fsync:
                     os.fdatasync(data_fd)
@@ -124,6 +257,27 @@ def read_data(root: str, app_id: str, shuffle_id: int, partition_id: int, offset
         return parts[0] if len(parts) == 1 else b"".join(parts)
     finally:
         os.close(fd)
+
+
+class DataFile(NamedTuple):
+    """An open data file holding ``length`` bytes at ``offset``; the receiver closes ``fd``."""
+
+    fd: int
+    offset: int
+    length: int
+
+
+def open_data(root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int, length: int) -> DataFile:
+    """The data file opened for reading ``length`` bytes at ``offset`` (checked to be there), or ``OSError``."""
+    data_path, _ = partition_paths(root, app_id, shuffle_id, partition_id)
+    fd = os.open(data_path, os.O_RDONLY)
+    try:
+        if os.fstat(fd).st_size < offset + length:
+            raise OSError(errno.ENODATA, f"data file {data_path} ends before offset {offset + length}")
+    except BaseException:
+        os.close(fd)
+        raise
+    return DataFile(fd, offset, length)
 
 
 def remove_app(root: str, app_id: str, shuffle_id: int | None = None) -> None:

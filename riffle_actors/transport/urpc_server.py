@@ -31,6 +31,18 @@ One ``UrpcConnection`` (an ``asyncio.BufferedProtocol``) per TCP connection:
   metrics under ``rpc="urpc:<reason>"``.
 - At most ``max_connections`` connections; an extra one is closed at once and logged.
 
+- GetLocalShuffleData replies go from the data file to the socket with ``sendfile`` (zero copies
+  through Python): the disk actor opens the file (``ReadData(as_file=True)``), and a thread of the
+  listener's small ``urpc-sendfile`` pool writes the frame head and then ``os.sendfile`` on a
+  duplicate of the socket's descriptor, waiting with ``poll`` while the socket is full (flow
+  control by the client's reading; no progress for ``sendfile_stall_timeout_sec`` closes the
+  connection). A frame must never be interleaved with another, so a connection runs one such send
+  at a time, only when its transport has nothing buffered; replies ready meanwhile are held and
+  written right after it, in order. Otherwise (a send already running, bytes buffered, no socket
+  descriptor, ``sendfile_enable = false``) the range is read into memory and written as before.
+  An error after the first byte of a frame left cannot be answered (the frame is torn): the
+  connection is closed, and the client fails its requests at once.
+
 Decoding a SendShuffleData runs on the event loop: it costs about 2 us per block (a 16 MiB send
 of 3 KiB blocks is about 10 ms), the same order as protobuf's work on the gRPC path.
 
@@ -40,12 +52,18 @@ See also: ``riffle_actors.service`` (the use cases), ``riffle_actors.transport.g
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
+import select
+import socket
 import time
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 
 from loguru import logger
 
 from riffle_actors.errors import RiffleError, StatusCode, to_status
+from riffle_actors.io.localfile import DataFile
 from riffle_actors.log import RateLimitedLog
 from riffle_actors.metrics import Metrics
 from riffle_actors.protocol.errors import ProtocolError
@@ -60,8 +78,8 @@ from riffle_actors.protocol.urpc import (
     MessageType,
     SendShuffleData,
     decode_header,
-    detach_partitions,
     decode_request,
+    detach_partitions,
     encode_data_response,
     encode_index_response,
     encode_memory_response,
@@ -74,6 +92,7 @@ from riffle_actors.transport.listen import create_tcp_server
 
 SMALL_BUFFER_BYTES = 64 << 10
 WRITE_HIGH_WATER_BYTES = 8 << 20
+SENDFILE_THREADS = 4
 _SEND = MessageType.SEND_SHUFFLE_DATA_REQUEST
 _RPC_NAMES = {
     MessageType.SEND_SHUFFLE_DATA_REQUEST: "urpc:sendShuffleData",
@@ -91,7 +110,8 @@ class UrpcServer:
 
     def __init__(self, service: ShuffleService, metrics: Metrics, *, max_frame_bytes: int,
                  max_connections: int = 4096, max_inflight_bytes: int = 256 << 20,
-                 max_requests_per_connection: int = 64, index_v2: bool = False):
+                 max_requests_per_connection: int = 64, index_v2: bool = False, sendfile: bool = True,
+                 sendfile_stall_s: float = 60.0):
         self.service = service
         self.metrics = metrics
         self.max_frame_bytes = max_frame_bytes
@@ -99,6 +119,11 @@ class UrpcServer:
         self.max_inflight_bytes = max_inflight_bytes
         self.max_requests_per_connection = max_requests_per_connection
         self.index_v2 = index_v2
+        self.sendfile = sendfile and hasattr(os, "sendfile")
+        self.sendfile_stall_s = sendfile_stall_s
+        self.sendfile_replies = 0  # replies sent with sendfile / read into memory (for tests and benchmarks)
+        self.copied_replies = 0
+        self._send_pool: ThreadPoolExecutor | None = None
         self.connections: set[UrpcConnection] = set()
         self.inflight_bytes = 0
         self._budget_waiters: deque[UrpcConnection] = deque()
@@ -124,6 +149,15 @@ class UrpcServer:
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
+        if self._send_pool is not None:
+            self._send_pool.shutdown(wait=False)
+            self._send_pool = None
+
+    @property
+    def send_pool(self) -> ThreadPoolExecutor:
+        if self._send_pool is None:
+            self._send_pool = ThreadPoolExecutor(SENDFILE_THREADS, thread_name_prefix="urpc-sendfile")
+        return self._send_pool
 
     def warn(self, key: str, text: str, *args) -> None:
         ok, suppressed = self.log_limiter.should_log(key)
@@ -179,6 +213,8 @@ class UrpcConnection(asyncio.BufferedProtocol):
         self._skip = 0  # bytes of a refused (oversized) frame still to skip
         self._paused: set[str] = set()
         self._closed = False
+        self._file_busy = False  # a sendfile reply is being written by a thread: hold other replies
+        self._held: list[list] = []
 
     # ------------------------------------------------------------- asyncio callbacks
     def connection_made(self, transport) -> None:
@@ -330,8 +366,20 @@ class UrpcConnection(asyncio.BufferedProtocol):
 
     def close(self) -> None:
         self._closed = True
+        if self._file_busy:
+            self._shutdown_socket()  # a send-pool thread waiting on this socket gives up at once
         if self.transport is not None:
             self.transport.close()
+
+    def _shutdown_socket(self) -> None:
+        fd = self._socket_fd()
+        if fd < 0:
+            return
+        try:
+            with socket.socket(fileno=os.dup(fd)) as sock:
+                sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
     def _pause(self, reason: str) -> None:
         if not self._paused and self.transport is not None and not self._closed:
@@ -347,8 +395,46 @@ class UrpcConnection(asyncio.BufferedProtocol):
             self._parse()  # bytes that arrived before the pause
 
     def _write(self, parts: list) -> None:
-        if not self._closed and self.transport is not None and not self.transport.is_closing():
+        if self._file_busy:
+            self._held.append(parts)
+        elif not self._closed and self.transport is not None and not self.transport.is_closing():
             self.transport.writelines(parts)
+
+    def _socket_fd(self) -> int:
+        sock = self.transport.get_extra_info("socket") if self.transport is not None else None
+        try:
+            return sock.fileno() if sock is not None else -1
+        except (OSError, AttributeError):
+            return -1
+
+    async def _write_file(self, head: bytes, data: DataFile) -> None:
+        """A reply whose body is a data-file range: sendfile when the connection is idle, else read + write."""
+        srv = self.server
+        loop = asyncio.get_running_loop()
+        t = self.transport
+        fd = -1
+        if (srv.sendfile and not self._file_busy and not self._closed and t is not None and not t.is_closing()
+                and t.get_write_buffer_size() == 0):
+            fd = self._socket_fd()
+        if fd < 0:
+            srv.copied_replies += 1
+            body = await loop.run_in_executor(srv.send_pool, _read_and_close, data)
+            self._write([head, body])
+            return
+        srv.sendfile_replies += 1
+        self._file_busy = True
+        try:
+            await loop.run_in_executor(srv.send_pool, _send_frame, fd, head, data, srv.sendfile_stall_s)
+        except Exception as e:  # noqa: BLE001 - a torn frame: the connection cannot go on
+            srv.warn("sendfile", "closing the connection from {}: a data reply could not be sent: {!r}",
+                     self.peer, e)
+            srv.metrics.rpc_total.labels("urpc:sendfile", "CLOSED").inc()
+            self.close()
+        finally:
+            self._file_busy = False
+            held, self._held = self._held, []
+            for parts in held:
+                self._write(parts)
 
     # ------------------------------------------------------------- requests
     def _dispatch(self, header: FrameHeader, region: memoryview, reserved: int) -> None:
@@ -378,8 +464,11 @@ class UrpcConnection(asyncio.BufferedProtocol):
     async def _serve(self, type_: int, request, reserved: int) -> None:
         started = time.perf_counter()
         rpc = _RPC_NAMES[type_]
+        file_reply: tuple[bytes, DataFile] | None = None
         try:
             parts = await self._call(request)
+            if isinstance(parts, tuple):
+                file_reply, parts = parts, []
             status = StatusCode.SUCCESS
         except Exception as e:  # noqa: BLE001 - every failure becomes a status; the server goes on
             status, msg = to_status(e)
@@ -390,13 +479,17 @@ class UrpcConnection(asyncio.BufferedProtocol):
             parts = [self._error_reply(type_, request.request_id, status, msg)]
         finally:
             self.server.release(reserved)
-        self._write(parts)
+        if file_reply is not None:
+            await self._write_file(*file_reply)
+        else:
+            self._write(parts)
         m = self.server.metrics
         m.rpc_total.labels(rpc, status.name).inc()
         m.rpc_seconds.labels(rpc).observe(time.perf_counter() - started)
 
-    async def _call(self, request) -> list:
-        """The use case of ``request`` and its reply frame as buffers (head first, then body parts)."""
+    async def _call(self, request) -> list | tuple[bytes, DataFile]:
+        """The use case of ``request`` and its reply frame as buffers (head first, then body parts), or
+        ``(head, DataFile)`` for a body to send from a data file."""
         svc = self.service
         rid = request.request_id
         if isinstance(request, SendShuffleData):
@@ -411,7 +504,10 @@ class UrpcConnection(asyncio.BufferedProtocol):
             return [encode_memory_response(rid, StatusCode.SUCCESS, "", blocks), *(b.data for b in blocks)]
         if isinstance(request, GetLocalShuffleData):
             data = await svc.get_local_data(request.app_id, request.shuffle_id, request.partition_id,
-                                            request.storage_id, request.offset, request.length)
+                                            request.storage_id, request.offset, request.length,
+                                            as_file=self.server.sendfile)
+            if isinstance(data, DataFile):
+                return encode_data_response(rid, StatusCode.SUCCESS, "", data.length), data
             return [encode_data_response(rid, StatusCode.SUCCESS, "", len(data)), data]
         if isinstance(request, GetLocalShuffleIndex):
             index, data_len, storage_ids = await svc.get_local_index(request.app_id, request.shuffle_id,
@@ -434,6 +530,62 @@ class UrpcConnection(asyncio.BufferedProtocol):
         if reply == MessageType.GET_MEMORY_SHUFFLE_DATA_RESPONSE:
             return encode_memory_response(request_id, status, msg, ())
         return encode_sorted_response(request_id, status, msg)
+
+
+def _read_and_close(data: DataFile) -> bytes:
+    """The range's bytes (the sendfile fallback); closes the file. Runs on a send-pool thread."""
+    try:
+        parts, got = [], 0
+        while got < data.length:
+            chunk = os.pread(data.fd, data.length - got, data.offset + got)
+            if not chunk:
+                raise OSError(errno.ENODATA, "data file ended before the range")
+            parts.append(chunk)
+            got += len(chunk)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+    finally:
+        os.close(data.fd)
+
+
+def _wait_writable(poller: select.poll, stall_s: float) -> None:
+    events = poller.poll(stall_s * 1000)
+    if not events:
+        raise TimeoutError(f"the client read nothing for {stall_s:g}s (sendfile_stall_timeout_sec)")
+    if events[0][1] & (select.POLLERR | select.POLLHUP | select.POLLNVAL):
+        raise ConnectionError("the connection was closed")
+
+
+def _send_frame(sock_fd: int, head: bytes, data: DataFile, stall_s: float) -> None:
+    """Write ``head`` then the file range to the (non-blocking) socket; runs on a send-pool thread.
+
+    Works on a duplicate of the socket's descriptor, so the transport closing its own descriptor
+    meanwhile cannot make this write to a reused number; closes the data file."""
+    out = -1
+    try:
+        out = os.dup(sock_fd)
+        poller = select.poll()
+        poller.register(out, select.POLLOUT)
+        view = memoryview(head)
+        while view:
+            try:
+                view = view[os.write(out, view):]
+            except BlockingIOError:
+                _wait_writable(poller, stall_s)
+        offset, left = data.offset, data.length
+        while left:
+            try:
+                n = os.sendfile(out, data.fd, offset, left)
+            except BlockingIOError:
+                _wait_writable(poller, stall_s)
+                continue
+            if n == 0:
+                raise OSError(errno.ENODATA, "data file ended before the range")
+            offset += n
+            left -= n
+    finally:
+        if out >= 0:
+            os.close(out)
+        os.close(data.fd)
 
 
 def _type_name(type_: int) -> str:

@@ -469,6 +469,7 @@ def spark_shuffle_bytes(spark, group):
     sc = spark.sparkContext
     store = sc._jsc.sc().statusStore()
     write = read = stages = 0
+    detail = []
     for job_id in sc.statusTracker().getJobIdsForGroup(group):
         info = sc.statusTracker().getJobInfo(job_id)
         for stage_id in info.stageIds if info else []:
@@ -479,7 +480,27 @@ def spark_shuffle_bytes(spark, group):
             write += st.shuffleWriteBytes()
             read += st.shuffleReadBytes()
             stages += 1
-    return {"write_bytes": write, "read_bytes": read, "stages": stages}
+            detail.append(_stage_detail(stage_id, st))
+    return {"write_bytes": write, "read_bytes": read, "stages": stages, "stage_detail": detail}
+
+
+def _stage_detail(stage_id, st):
+    """Where a stage's time went (Spark's StageData; times in seconds; used by the benchmarks)."""
+    def opt_ms(o):
+        return o.get().getTime() if o.isDefined() else None
+
+    sub, done = opt_ms(st.submissionTime()), opt_ms(st.completionTime())
+    return {
+        "stage": stage_id,
+        "tasks": st.numTasks(),
+        "wall_s": (done - sub) / 1e3 if sub is not None and done is not None else None,
+        "task_run_s": st.executorRunTime() / 1e3,
+        "task_cpu_s": st.executorCpuTime() / 1e9,
+        "shuffle_write_s": st.shuffleWriteTime() / 1e9,
+        "shuffle_fetch_wait_s": st.shuffleFetchWaitTime() / 1e3,
+        "shuffle_write_bytes": st.shuffleWriteBytes(),
+        "shuffle_read_bytes": st.shuffleReadBytes(),
+    }
 
 
 def vanilla_shuffle_files(local_dir):

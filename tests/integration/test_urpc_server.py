@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
+import sys
+import threading
 from collections.abc import AsyncIterator
 
 import pytest
@@ -17,10 +19,12 @@ import pytest_asyncio
 
 from riffle_actors.errors import StatusCode
 from riffle_actors.protocol import urpc
+from riffle_actors.protocol.index import decode_index as index_entries
 from riffle_actors.protocol.proto import uniffle_pb2 as pb
 from riffle_actors.records import Block
 from riffle_actors.server import ShuffleServer
 from riffle_actors.transport.listen import ListenError
+from tests.conftest import stop_server
 from tests.helpers import poll_until, wait_server_clean
 from tests.helpers.client import UniffleClient, assert_read_matches, make_blocks, require_size
 from tests.helpers.urpc_client import UrpcClient, UrpcConnection
@@ -147,6 +151,123 @@ async def test_many_requests_in_flight_on_one_connection_are_answered_by_request
         assert [s[0] for s in r.segments] == [b.block_id for b in blocks if b.partition_id == p]
     assert not conn.unmatched
     await purge_and_check_clean(userver, uclient)
+
+
+async def _spilled_partition(srv: ShuffleServer, c: UrpcClient, count: int, size: int) -> bytes:
+    """Write one partition that ends up wholly on disk; its data file's bytes, in index order."""
+    await c.register_shuffle(APP, 0, [0])
+    blocks = make_blocks(0, 1, count, size)
+    for i in range(0, len(blocks), 8):
+        await c.send_blocks(APP, 0, blocks[i:i + 8])
+    await poll_until(lambda: srv.budget.in_flight == 0 and srv.budget.used == 0, message="spills did not finish")
+    rid = c.conn.next_id()
+    index = await c.conn.request(urpc.encode_get_local_index(rid, APP, 0, 0), rid)
+    by_id = {b.block_id: b.data for b in blocks}
+    entries = index_entries(bytes(index.body))
+    assert sum(e.length for e in entries) == index.data_file_len == len(blocks) * size
+    return b"".join(by_id[e.block_id] for e in entries)
+
+
+@pytest.mark.parametrize("sendfile", [True, False])
+async def test_local_data_replies_are_byte_exact_by_sendfile_and_by_copy(server_factory, sendfile: bool) -> None:
+    srv = await server_factory(**URPC, urpc_config={"sendfile_enable": sendfile}, memory_store={"capacity": "16M"},
+                               hybrid_store={"memory_single_buffer_max_spill_size": "1K"})
+    c = await UrpcClient(f"127.0.0.1:{srv.grpc_port}", srv.urpc_port).connect()
+    try:
+        data = await _spilled_partition(srv, c, count=160, size=50_000)  # 8 MB: above the socket's buffer
+        conn = c.conn
+        ranges = [(0, len(data)), (0, 0), (1, 4095), (4097, 3 << 20), (len(data) - 7, 7), (12345, 1 << 20)] * 3
+        calls = []
+        for offset, length in ranges:  # all written before any reply is read: several in flight at once
+            rid = conn.next_id()
+            calls.append(conn.request(urpc.encode_get_local_data(rid, APP, 0, 0, offset, length), rid))
+            rid = conn.next_id()  # replies of other types interleave with the file sends
+            calls.append(conn.request(urpc.encode_get_memory_data(rid, APP, 0, 0, -1, 1 << 20), rid))
+        replies = await asyncio.gather(*calls)
+        for (offset, length), r in zip(ranges, replies[::2]):
+            assert (r.type, r.status) == (T.GET_LOCAL_SHUFFLE_DATA_RESPONSE, S.SUCCESS), r.ret_msg
+            assert bytes(r.body) == data[offset:offset + length]
+        assert all(r.type == T.GET_MEMORY_SHUFFLE_DATA_RESPONSE for r in replies[1::2])
+        assert not conn.unmatched
+        u = srv._urpc
+        if sendfile:
+            assert u.sendfile_replies > 0
+        else:
+            assert u.sendfile_replies == u.copied_replies == 0  # read by the disk actor, as over gRPC
+        # a range beyond the file is an error reply, and the connection goes on
+        rid = conn.next_id()
+        r = await conn.request(urpc.encode_get_local_data(rid, APP, 0, 0, len(data) - 1, 2), rid)
+        assert r.type == T.GET_LOCAL_SHUFFLE_DATA_RESPONSE and r.status != S.SUCCESS and "ends before" in r.ret_msg
+        rid = conn.next_id()
+        r = await conn.request(urpc.encode_get_local_data(rid, APP, 0, 0, 0, 10), rid)
+        assert r.status == S.SUCCESS and bytes(r.body) == data[:10]
+        await purge_and_check_clean(srv, c)
+    finally:
+        await c.close()
+
+
+async def test_a_client_that_stops_reading_holds_its_sendfile_reply_until_it_reads(server_factory) -> None:
+    srv = await server_factory(**URPC, memory_store={"capacity": "16M"},
+                               hybrid_store={"memory_single_buffer_max_spill_size": "1K"})
+    c = await UrpcClient(f"127.0.0.1:{srv.grpc_port}", srv.urpc_port).connect()
+    try:
+        data = await _spilled_partition(srv, c, count=100, size=60_000)
+        # a raw socket with a small receive buffer that reads nothing until the server is stuck on it
+        sock = socket.create_connection(("127.0.0.1", srv.urpc_port))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
+        try:
+            sock.sendall(urpc.encode_get_local_data(7, APP, 0, 0, 0, len(data)))
+            await poll_until(lambda: srv._urpc.sendfile_replies == 1, message="no sendfile reply started")
+            got = bytearray()
+            loop = asyncio.get_running_loop()
+            sock.setblocking(False)
+            while True:
+                chunk = await loop.sock_recv(sock, 1 << 20)
+                assert chunk, "the server closed the connection"
+                got += chunk
+                if len(got) >= urpc.HEADER_SIZE:
+                    h = urpc.decode_header(bytes(got[:urpc.HEADER_SIZE]))
+                    if len(got) >= urpc.HEADER_SIZE + h.frame_len:
+                        break
+            r = urpc.decode_response(h.type, bytes(got[urpc.HEADER_SIZE:]), h.msg_len)
+            assert (r.request_id, r.status) == (7, S.SUCCESS) and bytes(r.body) == data
+        finally:
+            sock.close()
+        await purge_and_check_clean(srv, c)
+    finally:
+        await c.close()
+
+
+async def test_stopping_the_server_ends_a_sendfile_stuck_on_a_client_that_reads_nothing(server_factory) -> None:
+    srv = await server_factory(**URPC, memory_store={"capacity": "16M"},
+                               hybrid_store={"memory_single_buffer_max_spill_size": "1K"})
+    c = await UrpcClient(f"127.0.0.1:{srv.grpc_port}", srv.urpc_port).connect()
+    sock = socket.create_connection(("127.0.0.1", srv.urpc_port))
+    try:
+        data = await _spilled_partition(srv, c, count=100, size=60_000)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
+        sock.sendall(urpc.encode_get_local_data(7, APP, 0, 0, 0, len(data)))
+        await poll_until(lambda: srv._urpc.sendfile_replies == 1, message="no sendfile reply started")
+
+        def senders() -> list[threading.Thread]:
+            return [t for t in threading.enumerate() if t.name.startswith("urpc-sendfile")]
+
+        assert senders()
+        await c.close()
+        await stop_server(srv)  # the stall timeout is 60 s: only the socket's shutdown can end it this soon
+        await poll_until(lambda: not any(t.is_alive() and _busy(t) for t in senders()),
+                         message="a send-pool thread is still blocked on the socket")
+    finally:
+        sock.close()
+
+
+def _busy(thread: threading.Thread) -> bool:
+    frame = sys._current_frames().get(thread.ident)
+    while frame is not None:
+        if frame.f_code.co_name == "_send_frame":
+            return True
+        frame = frame.f_back
+    return False
 
 
 # ---------------------------------------------------------------------------- error statuses, typed replies

@@ -1,0 +1,84 @@
+"""O_DIRECT spill appends on real mounts: a file system that refuses O_DIRECT, and tmpfs.
+
+ramfs refuses ``O_DIRECT`` at open (EINVAL) on every kernel, so it is the refusal case here;
+tmpfs refused it before Linux 6.6 and accepts it since. Either way a server spilling there
+must store exactly the bytes sent at exactly the offsets its index records; a refusal must be
+logged with its reason and the spill done with buffered IO.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+from pathlib import Path
+
+import pytest
+from loguru import logger
+
+from riffle_actors.io import localfile
+from riffle_actors.io.local import RealLocalIO
+from riffle_actors.protocol.index import decode_index
+from riffle_actors.records import Block
+
+
+def _mount(mounts, fstype: str, name: str) -> Path:
+    if fstype == "tmpfs":
+        return mounts.tmpfs(name, size="64m")
+    if os.geteuid() != 0:
+        pytest.skip(f"needs root to mount a {fstype}")
+    path = mounts.base / name
+    path.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run(["mount", "-t", fstype, fstype, str(path)], capture_output=True, text=True, check=False)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a {fstype} at {path}: {r.stderr.strip() or r.returncode}")
+    mounts.mounted.append(path)  # unmounted by the fixture's finalizer
+    return path
+
+
+def _accepts_direct(path: Path) -> bool:
+    probe = path / ".probe"
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o644))
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.unlink(missing_ok=True)
+
+
+def _spill_and_check(root: Path) -> None:
+    rng = random.Random(5)
+    io = RealLocalIO(direct_io=True)
+    sent: list[bytes] = []
+    for batch in range(6):
+        blocks = []
+        for i in range(rng.randint(1, 4)):
+            data = rng.randbytes(rng.choice([1, 100, 4095, 4097, 70_000]))
+            sent.append(data)
+            blocks.append(Block(batch * 10 + i, len(data), len(data), 0, 1, memoryview(data)))
+        io.append_batch(str(root), "app", 0, 2, blocks)
+    index, data_len = io.read_index(str(root), "app", 0, 2)
+    records = decode_index(index)
+    assert data_len == sum(map(len, sent))
+    assert [io.read_data(str(root), "app", 0, 2, r.offset, r.length) for r in records] == sent
+
+
+@pytest.mark.parametrize("fstype", ["ramfs", "tmpfs"])
+def test_direct_spill_keeps_exact_bytes_and_falls_back_where_refused(mounts, fstype):
+    root = _mount(mounts, fstype, fstype)
+    accepts = _accepts_direct(root)
+    if fstype == "ramfs":
+        assert not accepts, "ramfs is expected to refuse O_DIRECT"
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="WARNING", format="{message}")
+    try:
+        _spill_and_check(root)
+    finally:
+        logger.remove(sink)
+    reason = localfile.direct_io_refused(str(root))
+    if accepts:
+        assert reason is None and not lines
+    else:
+        assert reason is not None and "O_DIRECT" in reason
+        assert len(lines) == 1 and "refuses O_DIRECT" in lines[0] and str(root) in lines[0]
