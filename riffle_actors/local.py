@@ -34,6 +34,8 @@ _COORDINATOR_DEFAULT = """grpc_port = {grpc}
 grpc_bind_address = "127.0.0.1"
 http_port = {http}
 http_bind_address = "127.0.0.1"
+# loopback only, one token for every daemon: a decommission may reach the server itself
+tell_servers_on_decommission = true
 [server]
 heartbeat_timeout_sec = 30
 [client_conf]

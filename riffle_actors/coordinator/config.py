@@ -134,6 +134,11 @@ class CoordinatorConfig(StrictModel):
         default_factory=dict, description="key -> value pushed to clients by fetchClientConf(V2)"
     )
     admin: AdminConfig = Field(default_factory=AdminConfig)
+    tell_servers_on_decommission: bool = Field(
+        False, description="on an operator's (cancel-)decommission, also call the server's ShuffleServerInternal "
+        "with this coordinator's [admin] credentials (servers and coordinator share them); off: only the "
+        "coordinator's override changes. Off by default: the credentials go to the address a server "
+        "advertised, so turn it on where heartbeats are trusted (allowed_networks)")
     log: LogConfig = Field(default_factory=LogConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
 

@@ -171,7 +171,10 @@ class Coordinator:
 
     async def _tell_server(self, view: ServerView, action: str) -> tuple[bool, str]:
         """The server's ``ShuffleServerInternal.<action>``, with this coordinator's admin credentials
-        (so servers and coordinator share them, e.g. one ``RIFFLE_ADMIN_TOKEN``)."""
+        (so servers and coordinator share them, e.g. one ``RIFFLE_ADMIN_TOKEN``); only when
+        ``tell_servers_on_decommission`` is on (the credentials go to the address the server advertised)."""
+        if not self.cfg.tell_servers_on_decommission:
+            return False, "not told: the coordinator's tell_servers_on_decommission is off"
         return await tell_server(view.node.ip, view.node.grpc_port, action, _authorization(self.admin),
                                  timeout_s=TELL_SERVER_TIMEOUT_S)
 

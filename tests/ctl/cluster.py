@@ -114,12 +114,14 @@ class RealCluster:
             raise AssertionError(f"{name} exited with {proc.returncode}: {log.read_text()[-2000:]}")
         return daemon
 
-    def start_coordinator(self, extra: str = "", tables: str = "") -> None:
+    def start_coordinator(self, extra: str = "", tables: str = "", tell_servers: bool = True) -> None:
+        """``tell_servers``: ``tell_servers_on_decommission`` (off by default in the product)."""
         self.coordinator = self._spawn("riffle_actors.coordinator", "coordinator", f"""grpc_port = 0
 grpc_bind_address = "127.0.0.1"
 http_port = 0
 http_bind_address = "127.0.0.1"
 expiry_check_interval_sec = 0.2
+tell_servers_on_decommission = {str(tell_servers).lower()}
 {extra}
 [app]
 heartbeat_timeout_sec = 5

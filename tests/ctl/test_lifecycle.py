@@ -207,6 +207,26 @@ def test_cancel_keeps_the_server_active(cluster: RealCluster) -> None:
     assert nothing.returncode == 0 and "nothing to cancel: the server is ACTIVE" in nothing.stdout
 
 
+def test_by_default_the_coordinator_keeps_its_credentials_and_only_drains(tmp_path) -> None:
+    """``tell_servers_on_decommission`` off (the default): no credentials leave the coordinator; the
+    server is drained by the coordinator's override alone, and ctl says the server was not told."""
+    c = RealCluster(tmp_path)
+    try:
+        c.start_coordinator(tell_servers=False)
+        server = c.start_server("drained", extra=FAST, admin_token=ADMIN_TOKEN)
+        c.wait_registered(1)
+        done = c.ctl("instance", "decommission", sid(server))
+        assert done.returncode == 0, done.stderr
+        assert "tell_servers_on_decommission is off" in done.stdout and "was not told" in done.stderr
+        assert listed(c, server)["status"] == "DECOMMISSIONING"
+        # the server was not told: it still reports ACTIVE, and keeps running without apps
+        seen = listed(c, server)["last_heartbeat_ms"]
+        wait_for(lambda: listed(c, server)["last_heartbeat_ms"] >= seen + 2000, timeout=30, what="more heartbeats")
+        assert listed(c, server)["reported_status"] == "ACTIVE" and server.proc.poll() is None
+    finally:
+        c.stop()
+
+
 def test_sigterm_during_a_kill_is_not_a_second_signal(tmp_path) -> None:
     """A kill starts the graceful stop; a SIGTERM arriving meanwhile (systemd, an operator) must not
     turn it into an immediate exit. The stop is held in its announcement step by a "coordinator"
