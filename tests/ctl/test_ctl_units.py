@@ -16,21 +16,14 @@ from riffle_actors.actors.heartbeat import HeartbeatSnapshot
 from riffle_actors.config import MetricsConfig
 from riffle_actors.coordinator.apps import AppRegistry
 from riffle_actors.coordinator.assignment import AssignmentError, AssignmentRequest
-from riffle_actors.coordinator.cluster import ClusterRegistry, ServerHeartbeat, ServerStatus
+from riffle_actors.coordinator.cluster import ClusterRegistry, ServerStatus
 from riffle_actors.coordinator.metrics import CoordinatorMetrics
 from riffle_actors.ctl import inspect_file, output, tables
 from riffle_actors.metrics_push import MetricsPusher
 from riffle_actors.protocol.index import IndexEntry, encode_index
 from riffle_actors.runtime import ManualClock
 from tests.helpers import poll_until
-
-TAGS = frozenset({"ss_v5", "GRPC"})
-
-
-def hb(i: int, **kw) -> ServerHeartbeat:  # type: ignore[no-untyped-def]
-    kw.setdefault("tags", TAGS)
-    kw.setdefault("available_memory", 1 << 30)
-    return ServerHeartbeat(id=f"10.0.0.{i}-19999", ip=f"10.0.0.{i}", grpc_port=19999, **kw)
+from tests.helpers.registry import TAGS, hb
 
 
 @pytest.fixture

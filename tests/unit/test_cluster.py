@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from riffle_actors.runtime import ManualClock
 from riffle_actors.coordinator.apps import AppRegistry
 from riffle_actors.coordinator.assignment import AssignmentError, AssignmentRequest
 from riffle_actors.coordinator.cluster import (
@@ -17,14 +16,8 @@ from riffle_actors.coordinator.cluster import (
     ServerStatus,
     parse_exclude_list,
 )
-
-TAGS = frozenset({"ss_v5", "GRPC"})
-
-
-def hb(i: int, **kw) -> ServerHeartbeat:  # type: ignore[no-untyped-def]
-    kw.setdefault("tags", TAGS)
-    kw.setdefault("available_memory", 1 << 30)
-    return ServerHeartbeat(id=f"10.0.0.{i}-19999", ip=f"10.0.0.{i}", grpc_port=19999, **kw)
+from riffle_actors.runtime import ManualClock
+from tests.helpers.registry import TAGS, hb
 
 
 @pytest.fixture
