@@ -11,6 +11,10 @@ each in blocks of ``--block-size``:
 Each pass reports MB/s (10^6 bytes per second of wall time) and the latency of one block call
 (p50 / p95 / p99 / max). A file system without ``O_DIRECT`` (tmpfs) gets a line saying so
 instead of figures. A progress bar (rich) runs on stderr; results go to stdout.
+
+``run_hdfs_bench``: an ``hdfs://`` / ``viewfs://`` directory instead, through the HDFS tier's IO
+layer (``riffle_actors.io.hdfs``): an append pass (open, write one block, close, as the tier
+appends a batch) and a read pass; the ``O_DIRECT`` passes say they do not apply.
 """
 
 from __future__ import annotations

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -45,6 +48,28 @@ def test_disk_bench_on_an_hdfs_directory(minihdfs) -> None:
     missing = _ctl("disk-bench", f"{minihdfs.url}/nope", "--size", "1M")
     assert missing.returncode == 1 and "is not a directory" in missing.stderr and "Traceback" not in missing.stderr
     assert [st.path for st in client.list_status("/bench", False)] == []
+
+
+def test_ctrl_c_during_an_hdfs_bench_removes_the_scratch_file(minihdfs) -> None:
+    import hdfs_native
+
+    client = hdfs_native.Client(minihdfs.url)
+    client.mkdirs("/bench-int", 0o755, True)
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen([sys.executable, "-m", "riffle_actors.ctl", "disk-bench", f"{minihdfs.url}/bench-int",
+                             "--size", "4G", "--block-size", "1M"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+    try:
+        wait_for(lambda: any(st.length > 0 for st in client.list_status("/bench-int", False)), 60,
+                 "the scratch file being written")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err, err
+    assert list(client.list_status("/bench-int", False)) == []
 
 
 def test_disk_bench_names_an_unreachable_namenode() -> None:
