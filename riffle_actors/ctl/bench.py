@@ -11,6 +11,10 @@ each in blocks of ``--block-size``:
 Each pass reports MB/s (10^6 bytes per second of wall time) and the latency of one block call
 (p50 / p95 / p99 / max). A file system without ``O_DIRECT`` (tmpfs) gets a line saying so
 instead of figures. A progress bar (rich) runs on stderr; results go to stdout.
+
+``run_hdfs_bench``: an ``hdfs://`` / ``viewfs://`` directory instead, through the HDFS tier's IO
+layer (``riffle_actors.io.hdfs``): an append pass (open, write one block, close, as the tier
+appends a batch) and a read pass; the ``O_DIRECT`` passes say they do not apply.
 """
 
 from __future__ import annotations
@@ -160,3 +164,106 @@ def _console(file):
 
 def default_progress_file():
     return sys.stderr
+
+
+# --- HDFS ---------------------------------------------------------------------------------------
+
+HDFS_SCHEMES = ("hdfs", "viewfs")
+HDFS_NO_DIRECT = "O_DIRECT does not apply to HDFS (the DataNodes own the disks)"
+
+
+def is_hdfs_url(path: str) -> bool:
+    return path.split("://", 1)[0].lower() in HDFS_SCHEMES if "://" in path else False
+
+
+def split_hdfs_url(url: str) -> tuple[str, str]:
+    """``hdfs://nn:8020/some/dir`` -> (``hdfs://nn:8020``, ``/some/dir``); a bare path (``--hdfs``)
+    -> ("", path): the client's default file system (``fs.defaultFS`` of the Hadoop config)."""
+    from urllib.parse import urlsplit
+
+    if "://" not in url:
+        return "", url if url.startswith("/") else "/" + url
+    u = urlsplit(url)
+    if u.scheme.lower() not in HDFS_SCHEMES:
+        raise ValueError(f"{url}: not an hdfs:// or viewfs:// URL")
+    return f"{u.scheme}://{u.netloc}", u.path or "/"
+
+
+def _probe_namenode(fs_url: str, timeout_s: float = 5.0) -> None:
+    """Fail fast on a NameNode that does not accept connections: hdfs-native retries a refused
+    connection for minutes. Only for ``hdfs://host:port`` (a viewfs or HA name is left to the client)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    u = urlsplit(fs_url)
+    if u.scheme.lower() != "hdfs" or not u.hostname or u.port is None:
+        return
+    try:
+        socket.create_connection((u.hostname, u.port), timeout=timeout_s).close()
+    except OSError as e:
+        raise OSError(f"{fs_url}: NameNode unreachable ({e.strerror or e})") from None
+
+
+def run_hdfs_bench(url: str, *, size: int, block_size: int, progress_file=None, hdfs_io=None) -> list[PassResult]:
+    """Write a scratch file of ``size`` in ``block_size`` appends, the way the HDFS tier writes
+    (``riffle_actors.io.hdfs.HdfsIO``: each append opens, writes, closes the file), then read it
+    back in ``block_size`` reads. The scratch file is deleted afterwards, also on failure or Ctrl-C.
+    Raises ``OSError`` (unreachable NameNode, missing directory) and ``ValueError`` (bad sizes)."""
+    from riffle_actors.io.hdfs import HdfsIO, HdfsUnavailableError
+
+    if block_size <= 0:
+        raise ValueError("--block-size must be positive")
+    if size < block_size:
+        raise ValueError("--size must be at least one block")
+    total = size - size % block_size
+    fs_url, directory = split_hdfs_url(url)
+    _probe_namenode(fs_url)
+    io_ = hdfs_io or HdfsIO()
+    try:
+        client = io_.client(fs_url)
+    except HdfsUnavailableError as e:
+        raise OSError(str(e)) from None
+    try:
+        if not client.get_file_info(directory).isdir:
+            raise OSError(f"{url} is not a directory")
+    except FileNotFoundError:
+        raise OSError(f"{url} is not a directory") from None
+    except (RuntimeError, OSError) as e:
+        if isinstance(e, OSError) and "is not a directory" in str(e):
+            raise
+        raise OSError(f"{url}: {e}") from None
+    scratch = directory.rstrip("/") + f"/.riffle-disk-bench-{os.getpid()}-{os.urandom(4).hex()}.dat"
+    data = _pattern(block_size)
+    results: list[PassResult] = []
+    progress = Progress(TextColumn("{task.description:<16}"), BarColumn(), TransferSpeedColumn(),
+                        console=None if progress_file is None else _console(progress_file), transient=False)
+    created = False
+    try:
+        with progress:
+            def append(_f, offset: int) -> int:
+                nonlocal created
+                io_.write_file(client, scratch, (data,), create=offset == 0)
+                created = True
+                return len(data)
+
+            results.append(_run("hdfs write", None, total, block_size, append, progress))
+            with client.read(scratch) as reader:
+                results.append(_run("hdfs read", None, total, block_size,
+                                    lambda _f, _o: len(reader.read(block_size)), progress))
+            results += [PassResult("O_DIRECT write", skipped=HDFS_NO_DIRECT),
+                        PassResult("O_DIRECT read", skipped=HDFS_NO_DIRECT)]
+    except RuntimeError as e:  # hdfs-native reports some server errors as RuntimeError
+        raise OSError(f"{url}: {e}") from None
+    finally:
+        _remove_hdfs_scratch(client, scratch, created)
+    return results
+
+
+def _remove_hdfs_scratch(client, scratch: str, created: bool) -> None:
+    try:
+        client.delete(scratch, False)
+    except FileNotFoundError:
+        pass
+    except (OSError, RuntimeError) as e:
+        if created:
+            print(f"riffle-ctl: disk-bench: could not remove {scratch}: {e}", file=sys.stderr)

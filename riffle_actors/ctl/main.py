@@ -5,7 +5,7 @@
     riffle-ctl [--coordinator URL] instance decommission|cancel-decommission [ID ...] [--pipeline]
     riffle-ctl [--coordinator URL] instance kill [ID ...] [--pipeline] [--coordinator-only]
     riffle-ctl [--coordinator URL] instance tag [ID ...] [--pipeline] [--add TAG ...] [--remove TAG ...]
-    riffle-ctl disk-bench PATH [--size 256M] [--block-size 1M] [--no-direct] [--format ...]
+    riffle-ctl disk-bench PATH|hdfs://NN:PORT/DIR [--hdfs] [--size 256M] [--block-size 1M] [--no-direct] [--format ...]
     riffle-ctl inspect INDEX [DATA] [--format ...]
     riffle-ctl config init server|coordinator [--output FILE] [--force]
 
@@ -67,8 +67,11 @@ def _parser() -> argparse.ArgumentParser:
             a.add_argument("--add", action="append", default=[], metavar="TAG")
             a.add_argument("--remove", action="append", default=[], metavar="TAG")
 
-    b = sub.add_parser("disk-bench", help="buffered and O_DIRECT write/read throughput of a directory")
-    b.add_argument("path")
+    b = sub.add_parser("disk-bench", help="buffered and O_DIRECT write/read throughput of a directory, "
+                                          "or append/read throughput of an HDFS directory")
+    b.add_argument("path", help="a local directory, or an hdfs:// or viewfs:// URL of a directory")
+    b.add_argument("--hdfs", action="store_true",
+                   help="PATH is on HDFS (a bare path: the default file system of the Hadoop config)")
     b.add_argument("--size", default="256M", help="bytes per pass (default 256M)")
     b.add_argument("--block-size", default="1M", help="bytes per call, a multiple of 4096 (default 1M)")
     b.add_argument("--no-direct", action="store_true", help="skip the O_DIRECT passes")
@@ -104,6 +107,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return e.code
     except BrokenPipeError:  # e.g. | head
         return 0
+    except KeyboardInterrupt:  # Ctrl-C: the commands clean up in their finally blocks
+        print("riffle-ctl: interrupted", file=sys.stderr)
+        return 130
 
 
 def _coordinator(args: argparse.Namespace) -> Coordinator:
@@ -202,8 +208,11 @@ def _kill(coord: Coordinator, sid: str, before: dict[str, Any], *, coordinator_o
 def cmd_disk_bench(args: argparse.Namespace) -> int:
     try:
         size, block = parse_byte_size(args.size), parse_byte_size(args.block_size)
-        results = bench.run_bench(args.path, size=size, block_size=block, direct=not args.no_direct,
-                                  progress_file=sys.stderr)
+        if args.hdfs or bench.is_hdfs_url(args.path):
+            results = bench.run_hdfs_bench(args.path, size=size, block_size=block, progress_file=sys.stderr)
+        else:
+            results = bench.run_bench(args.path, size=size, block_size=block, direct=not args.no_direct,
+                                      progress_file=sys.stderr)
     except (ValueError, OSError) as e:
         raise CtlError(f"disk-bench: {e}", code=2 if isinstance(e, ValueError) else 1) from None
     rows = [r.as_row() for r in results]

@@ -63,6 +63,11 @@ class HdfsIO:
         self._write_file(client, pair.data, data, create)
         self._write_file(client, pair.index, (index,), create)
 
+    def write_file(self, client, path: str, chunks: Iterable[bytes | memoryview], create: bool) -> None:
+        """Create (``create``) or append to one file: open, write ``chunks``, close; as
+        ``append_pair`` does for each file of a pair (``riffle-ctl disk-bench`` times it)."""
+        self._write_file(client, path, chunks, create)
+
     def _write_file(self, client, path: str, chunks: Iterable[bytes | memoryview], create: bool) -> None:
         if create:
             opts = hdfs_native.WriteOptions(overwrite=False, create_parent=True, replication=self.replication)
