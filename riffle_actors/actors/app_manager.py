@@ -38,7 +38,6 @@ See also: ``riffle_actors.actors.app`` (one app), ``riffle_actors.actors.memory`
 from __future__ import annotations
 
 import asyncio
-import re
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -54,18 +53,22 @@ from riffle_actors.actors.storage_messages import PurgeFiles, UnfenceApp
 from riffle_actors.actors.memory import PurgeAppMemory, SpillLargest, SpillRoundDone
 from riffle_actors.runtime import Clock
 from riffle_actors.errors import InvalidRequestError, RiffleError
+from riffle_actors.protocol import ids
+from riffle_actors.protocol.errors import ProtocolError
 from riffle_actors.state.app_sweep import Answer, ExpiryBook, RoundGate, SpillCandidate, pick_spill
 
 T = TypeVar("T")
 
-_APP_ID_RE = re.compile(r"^[A-Za-z0-9._@:+=,-]{1,255}$")
 _FENCE_EVERY_EPOCH = 1 << 62
 
 
 def check_app_id(app_id: str) -> None:
-    """App ids become directory names: refuse anything that could escape a data path."""
-    if not _APP_ID_RE.match(app_id) or app_id in (".", ".."):
-        raise InvalidRequestError(f"invalid appId {app_id!r}: use letters, digits and ._@:+=,- only")
+    """App ids become directory names: refuse anything that could escape a data path
+    (the rule is ``protocol.ids.check_app_id``'s)."""
+    try:
+        ids.check_app_id(app_id)
+    except ProtocolError as e:
+        raise InvalidRequestError(f"invalid {e}") from None
 
 
 class AppDirectory(dict[str, ActorRef]):

@@ -30,6 +30,8 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from riffle_actors.protocol.errors import ProtocolError
+from riffle_actors.protocol.ids import parse_id_dirname
 from riffle_actors.protocol.index import INDEX_RECORD_SIZE
 from riffle_actors.protocol.shuffle_meta import FILE_HEADER, LogContents, MetaFormatError, decode_log, frame
 
@@ -214,14 +216,17 @@ def scan_root(root: str) -> DiskScan:
         app = ScannedApp(app_id, app_path)
         for name in sorted(os.listdir(app_path)):
             sub = os.path.join(app_path, name)
-            if not name.isdigit() or not os.path.isdir(sub):
+            try:
+                shuffle_id = parse_id_dirname(name)
+            except ProtocolError:
+                shuffle_id = None
+            if shuffle_id is None or not os.path.isdir(sub) or os.path.islink(sub):
                 app.stray.append(sub)
                 continue
             try:
-                app.shuffles[int(name)] = _scan_shuffle(sub, int(name))
+                app.shuffles[shuffle_id] = _scan_shuffle(sub, shuffle_id)
             except OSError as e:
-                s = ScannedShuffle(int(name), sub, meta_problem=f"cannot scan {sub}: {e}")
-                app.shuffles[int(name)] = s
+                app.shuffles[shuffle_id] = ScannedShuffle(shuffle_id, sub, meta_problem=f"cannot scan {sub}: {e}")
         scan.apps[app_id] = app
     return scan
 
