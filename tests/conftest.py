@@ -10,7 +10,7 @@
 - autouse ``_no_leaked_tasks``: after every async test, no asyncio task may be left running
   (servers, channels and actors must all have been stopped).
 - ``RIFFLE_TESTS_REQUIRE_ALL=1`` (set by ``.ci/run``): a skipped test fails instead, with its skip
-  reason, so a CI machine without Java, Spark, root or network namespaces cannot go green having
+  reason (a module skipped at collection fails too), so a CI machine without Java, Spark, root or network namespaces cannot go green having
   run none of those tests. The skip summary (``-rs``) is printed on every run.
 
 Tests wait on conditions (``tests.helpers.poll_until``), never on fixed sleeps.
@@ -50,6 +50,20 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
         report.outcome = "failed"
         report.longrepr = (f"this test was skipped ({reason}), but {REQUIRE_ALL_ENV}=1 requires every test "
                            f"to run: install its prerequisite (scripts/test.sh does) or run as root")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):
+    """The same for a skip at collection (a module-level ``pytest.importorskip`` or ``pytest.skip``):
+    it would skip a whole module before any test of it reaches ``pytest_runtest_makereport``."""
+    outcome = yield
+    report = outcome.get_result()
+    if os.environ.get(REQUIRE_ALL_ENV) == "1" and report.skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = (f"{collector.nodeid} was skipped while being collected ({reason}), but "
+                           f"{REQUIRE_ALL_ENV}=1 requires every test to run: install its prerequisite "
+                           f"(scripts/test.sh does) or run as root")
 
 
 def _merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
