@@ -222,12 +222,16 @@ async def test_supervisor_restart_brings_back_its_static_children(system: ActorS
     group = await system.start_child(None, spec)
     assert list(system.children(group)) == ["g1", "g2"]
     old = system.children(group)["g1"]
+    await old.ask("work")
+    old_incarnation, old_count = await old.ask("count")
+    assert old_count == 1
     await group.stop()  # PERMANENT: the root restarts it, and it restarts its children
     await poll(lambda: group.statistics().state == "running" and len(system.children(group)) == 2)
     assert not old.is_alive
     new = system.children(group)["g1"]
-    assert new is system.get("g1") and new.is_alive
-    assert await new.ask("count") is not None
+    assert new is not old and new is system.get("g1") and new.is_alive
+    incarnation, count = await new.ask("count")
+    assert incarnation > old_incarnation and count == 0  # a fresh Worker built from the static spec
 
 
 async def test_supervisor_ref_must_be_a_supervisor(system: ActorSystem) -> None:

@@ -220,18 +220,18 @@ async def test_eio_on_reads_answers_an_error_naming_the_disk_never_wrong_bytes(f
 async def test_a_hung_probe_quarantines_its_disk_without_stalling_the_server(fault_server, client_factory,
                                                                            invariants):
     # a generous timeout: the check below is causal (RPCs answered while the probe still hangs), not timed
-    srv = await fault_server(probe_fn=probes.scripted_probe, localfile_store={"disk_probe_timeout_sec": 10})
+    srv = await fault_server(probe_fn=probes.announced_hang, localfile_store={"disk_probe_timeout_sec": 10})
     bad, good = srv.disk_names
     w = Workload(client_factory(srv), partitions=range(4))
     await w.register()
     results = await srv.admin.probe_disks()  # starts a probe worker process per disk and probes both disks
     assert all(r is not None and r.ok for r in results.values())
 
-    marker = os.path.join(bad, probes.HANG)
+    marker, hanging = os.path.join(bad, probes.HANG), os.path.join(bad, probes.HANGING)
     Path(marker).touch()
     try:
         round_task = asyncio.ensure_future(srv.admin.probe_disks())
-        await poll_until(lambda: os.path.exists(marker))
+        await poll_until(lambda: os.path.exists(hanging))  # the worker process is really stuck in its probe
         for _ in range(5):
             await w.client.heartbeat(APP)
         # the event loop never waits on a probe: the RPCs were answered while the probe still hangs
@@ -239,6 +239,8 @@ async def test_a_hung_probe_quarantines_its_disk_without_stalling_the_server(fau
         results = await round_task
     finally:
         os.unlink(marker)
+        if os.path.exists(hanging):
+            os.unlink(hanging)
     assert results[bad] is not None and results[bad].kind == "TIMEOUT"
     assert results[good] is not None and results[good].ok
     stats = await srv.admin.probe_stats()
