@@ -5,6 +5,8 @@
 - ``/metrics``: Prometheus text from the server's own registry, refreshed from the actors first.
 - ``/apps``: JSON list of apps with their shuffles, partitions, memory and disk bytes.
 - ``/debug/actors``: mailbox statistics of every actor.
+- ``/debug/pprof/profile``, ``/debug/heap/profile`` (admin credentials) and ``/await-tree``: Riffle's
+  profiling URLs (``transport.profiling_http``).
 - ``GET /admin``: the lifecycle state (``ACTIVE``, ``DECOMMISSIONING``, ``STOPPING``) and the app count.
 - ``POST /admin/kill``, ``/admin/decommission``, ``/admin/cancel_decommission``, and Riffle's form
   ``POST /admin?operation=KILL|DECOMMISSION|CANCEL_DECOMMISSION``: the operator actions of
@@ -27,8 +29,10 @@ from aiohttp import web
 from riffle_actors.admin import AdminService
 from riffle_actors.credentials import AdminCredentials
 from riffle_actors.decommission import Lifecycle
+from riffle_actors.profiling import Profiler
 from riffle_actors.transport.admin_auth import guard
 from riffle_actors.transport.listen import start_tcp_site
+from riffle_actors.transport.profiling_http import add_profiling_routes
 
 #: ``/admin/{action}`` and ``?operation=`` names -> the Lifecycle method
 _ACTIONS = {"kill": "kill", "decommission": "decommission", "cancel_decommission": "cancel_decommission",
@@ -62,6 +66,8 @@ def build_app(admin: AdminService, *, lifecycle: Lifecycle | None = None,
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/apps", apps)
     app.router.add_get("/debug/actors", actors)
+    add_profiling_routes(app, Profiler(admin.actor_statistics),
+                         credentials if credentials is not None else AdminCredentials())
     if lifecycle is not None:
         _add_admin_routes(app, lifecycle, credentials if credentials is not None else AdminCredentials())
     return app
