@@ -16,8 +16,9 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
 
 from riffle_actors.reports import DiskReport
 from riffle_actors.runtime import MailboxStatistics
@@ -100,6 +101,188 @@ class _StateCollector:
         yield from (depth, restarts, processed)
 
 
+#: Riffle's metric names served here (``metrics.rs`` of zuston/riffle), each read from our own
+#: metrics at scrape time: nothing is counted twice on the data path. docs/riffle-metrics.md lists
+#: the Riffle names that have no counterpart here.
+RIFFLE_METRIC_NAMES = (
+    "memory_capacity", "memory_used", "memory_allocated", "memory_allocated_tickets_num",
+    "memory_spill_in_flight_bytes", "memory_spill_in_flushing_operations", "app_number", "service_is_healthy",
+    "local_disk_is_healthy", "local_disk_capacity", "local_disk_used", "local_disk_used_ratio",
+    "total_received_data", "total_read_data", "total_read_data_from_memory", "total_read_data_from_localfile",
+    "total_read_index_from_localfile", "total_grpc_request_number", "total_urpc_request_number",
+    "grpc_duration_seconds", "total_require_buffer_failed", "total_memory_spill_to_localfile",
+    "total_memory_spill_to_hdfs", "total_memory_spill_failed", "total_localfile_used", "total_hdfs_used",
+    "localfile_disk_append_operation_counter", "localfile_disk_append_operation_bytes_counter",
+    "localfile_disk_append_operation_duration", "memory_spill_batch_size_histogram",
+    "total_memory_to_localfile_spill_failed", "total_memory_to_hdfs_spill_failed", "total_memory_used",
+    "grpc_send_data_process_time", "grpc_get_memory_data_process_time", "grpc_get_localfile_data_process_time",
+    "urpc_send_data_process_time", "urpc_get_memory_data_process_time", "urpc_get_localfile_data_process_time",
+    "process_resident_memory_bytes", "process_virtual_memory_bytes",
+)
+
+_GRPC_SERVICE = "/rss.common.ShuffleServer/"
+#: Riffle's per-RPC process-time histograms -> our ``rpc`` label (the handler's time, receive to reply)
+_RPC_TIMES = (
+    ("grpc_send_data_process_time", "sendShuffleData"),
+    ("grpc_get_memory_data_process_time", "getMemoryShuffleData"),
+    ("grpc_get_localfile_data_process_time", "getLocalShuffleData"),
+    ("urpc_send_data_process_time", "urpc:sendShuffleData"),
+    ("urpc_get_memory_data_process_time", "urpc:getMemoryShuffleData"),
+    ("urpc_get_localfile_data_process_time", "urpc:getLocalShuffleData"),
+)
+_SPILL_SIZE_BUCKETS = (1 << 10, 64 << 10, 1 << 20, 8 << 20, 32 << 20, 128 << 20, 512 << 20, 1 << 30)
+
+
+def _counter(name: str, doc: str, value: float | None = None, labels: list[str] | None = None) -> Metric:
+    """A counter exposed under exactly ``name``, as Riffle's Rust client does; add labelled samples
+    with ``_add``. Typed ``untyped``: prometheus_client would name a ``counter`` family ``name_total``
+    in its ``# TYPE`` line, which no longer matches the samples; ``rate()`` works the same."""
+    family = Metric(name, doc, "unknown")
+    family.label_names = labels or []  # type: ignore[attr-defined]
+    if value is not None:
+        family.add_sample(name, {}, value)
+    return family
+
+
+def _add(family: Metric, values: list[str], value: float) -> None:
+    family.add_sample(family.name, dict(zip(family.label_names, values, strict=True)), value)  # type: ignore[attr-defined]
+
+
+def _samples(metric, suffix: str = "_total"):
+    """``(labels, value)`` of the samples of ``metric`` whose name ends with ``suffix``."""
+    for family in metric.collect():
+        for sample in family.samples:
+            if sample.name.endswith(suffix):
+                yield sample.labels, sample.value
+
+
+class _RiffleNamesCollector:
+    """Riffle's names and label conventions (``path``, ``root``, ``storage_type``; a health gauge that
+    is 0 when healthy and 1 when not, as Riffle sets it), derived from our own metrics at scrape time so
+    that Riffle's Grafana dashboards show every panel whose concept exists here. With a push gateway
+    the grouping key adds ``worker_id`` and job ``uniffle-worker``, as Riffle's push does."""
+
+    def __init__(self, metrics: Metrics):
+        self.metrics = metrics
+
+    def describe(self):
+        return []  # collected only when scraped
+
+    def collect(self):
+        m, s = self.metrics, self.metrics.snapshot
+        for name, value, doc in (
+            ("memory_capacity", s.capacity, "memory capacity (riffle_memory_capacity_bytes)"),
+            ("memory_used", s.used, "memory used (riffle_memory_used_bytes)"),
+            ("memory_allocated", s.allocated, "memory reserved by tickets (riffle_memory_allocated_bytes)"),
+            ("memory_allocated_tickets_num", s.tickets, "live tickets (riffle_memory_tickets)"),
+            ("memory_spill_in_flight_bytes", s.in_flight, "memory being spilled (riffle_memory_in_flight_bytes)"),
+            ("memory_spill_in_flushing_operations", s.spill_running, "spill jobs being written"),
+            ("app_number", s.apps, "registered applications (riffle_server_apps)"),
+            ("service_is_healthy", 0 if s.healthy else 1, "0 when healthy, 1 when not (Riffle's convention)"),
+        ):
+            yield GaugeMetricFamily(name, doc, value=value)
+        disk_healthy = GaugeMetricFamily("local_disk_is_healthy", "0 when the disk takes data, 1 when not "
+                                         "(Riffle's convention)", labels=["root"])
+        capacity = GaugeMetricFamily("local_disk_capacity", "file system size of the disk", labels=["root"])
+        used = GaugeMetricFamily("local_disk_used", "file system bytes in use", labels=["root"])
+        ratio = GaugeMetricFamily("local_disk_used_ratio", "used / capacity", labels=["root"])
+        for d in s.disks:
+            disk_healthy.add_metric([d.name], 0 if d.healthy else 1)
+            capacity.add_metric([d.name], d.capacity)
+            used.add_metric([d.name], d.used)
+            ratio.add_metric([d.name], d.used / d.capacity if d.capacity else 0.0)
+        yield from (disk_healthy, capacity, used, ratio)
+
+        yield _counter("total_received_data", "block bytes received",
+                       sum(v for _labels, v in _samples(m.received_bytes)))
+        read = {labels["source"]: value for labels, value in _samples(m.read_bytes)}
+        yield _counter("total_read_data", "bytes served to readers", sum(read.values()))
+        for name, source in (("total_read_data_from_memory", "memory"), ("total_read_data_from_localfile", "localfile"),
+                             ("total_read_index_from_localfile", "index")):
+            yield _counter(name, f"bytes served from {source}", read.get(source, 0.0))
+
+        grpc_total = _counter("total_grpc_request_number", "gRPC requests", labels=["path"])
+        urpc_total = _counter("total_urpc_request_number", "urpc requests", labels=["path"])
+        by_rpc: dict[str, float] = {}
+        require_failed = 0.0
+        for labels, value in _samples(m.rpc_total):
+            by_rpc[labels["rpc"]] = by_rpc.get(labels["rpc"], 0.0) + value
+            if labels["rpc"] == "requireBuffer" and labels["status"] != "SUCCESS":
+                require_failed += value
+        grpc = {rpc: v for rpc, v in by_rpc.items() if not rpc.startswith("urpc:")}
+        urpc = {rpc[5:]: v for rpc, v in by_rpc.items() if rpc.startswith("urpc:")}
+        _add(grpc_total, ["ALL"], sum(grpc.values()))
+        _add(urpc_total, ["ALL"], sum(urpc.values()))
+        for rpc, value in sorted(grpc.items()):
+            _add(grpc_total, [_GRPC_SERVICE + rpc], value)
+        for rpc, value in sorted(urpc.items()):
+            _add(urpc_total, [rpc], value)
+        yield from (grpc_total, urpc_total)
+        yield _counter("total_require_buffer_failed", "requireBuffer refusals", require_failed)
+        yield _histogram_as(m.rpc_seconds, "grpc_duration_seconds", "gRPC latency", "rpc", "path",
+                            lambda rpc: None if rpc.startswith("urpc:") else _GRPC_SERVICE + rpc)
+
+        spills = {labels["disk"]: value for labels, value in _samples(m.spill_total)}
+        spilled = {labels["disk"]: value for labels, value in _samples(m.spill_bytes)}
+        hdfs = _HDFS_DISK_LABEL
+        yield _counter("total_memory_spill_to_localfile", "spill batches written to local disks",
+                       sum(v for d, v in spills.items() if d != hdfs))
+        yield _counter("total_memory_spill_to_hdfs", "spill batches written to HDFS", spills.get(hdfs, 0.0))
+        yield _counter("total_localfile_used", "bytes spilled to local disks",
+                       sum(v for d, v in spilled.items() if d != hdfs))
+        yield _counter("total_hdfs_used", "bytes spilled to HDFS", spilled.get(hdfs, 0.0))
+        yield _counter("total_memory_spill_failed", "failed spill attempts",
+                       sum(v for _labels, v in _samples(m.spill_failures)))
+        ops = _counter("localfile_disk_append_operation_counter", "spill appends", labels=["root"])
+        ops_bytes = _counter("localfile_disk_append_operation_bytes_counter", "bytes appended", labels=["root"])
+        for disk in sorted(d for d in spills if d != hdfs):
+            _add(ops, [disk], spills[disk])
+            _add(ops_bytes, [disk], spilled.get(disk, 0.0))
+        yield from (ops, ops_bytes)
+        yield _histogram_as(m.spill_seconds, "localfile_disk_append_operation_duration", "spill append time",
+                            "disk", "root", lambda disk: None if disk == hdfs else disk)
+        yield _histogram_as(m.spill_batch_bytes, "memory_spill_batch_size_histogram", "bytes of one spill batch",
+                            None, None, None)
+        yield _counter("total_memory_to_localfile_spill_failed", "failed spill attempts to local disks",
+                       sum(v for labels, v in _samples(m.spill_failures) if labels["disk"] != hdfs))
+        yield _counter("total_memory_to_hdfs_spill_failed", "failed HDFS spill writes (each fell back to local disk)",
+                       sum(v for labels, v in _samples(m.spill_tier_choices) if labels["reason"] == "hdfs_failed"))
+        yield _counter("total_memory_used", "bytes put into memory", sum(v for _l, v in _samples(m.received_bytes)))
+        for name, rpc in _RPC_TIMES:
+            yield _histogram_as(m.rpc_seconds, name, f"time to process {rpc}", "rpc", None,
+                                lambda label, rpc=rpc: "" if label == rpc else None)
+
+
+_HDFS_DISK_LABEL = "hdfs"  # the ``disk`` label of spills to HDFS (``state.tier_policy.Tier.HDFS``)
+
+
+def _histogram_as(metric, name: str, doc: str, label: str | None, new_label: str | None, rename):
+    """``metric`` (a prometheus_client Histogram) under another name, its ``label`` renamed to
+    ``new_label`` with values mapped by ``rename`` (None drops the series)."""
+    out = HistogramMetricFamily(name, doc, labels=[new_label] if new_label else None)
+    # (with new_label None, rename picks the one series kept, answering "" for it)
+    series: dict[str, dict] = {}
+    for family in metric.collect():
+        for sample in family.samples:
+            key = sample.labels.get(label, "") if label else ""
+            entry = series.setdefault(key, {"buckets": [], "sum": 0.0})
+            if sample.name.endswith("_bucket"):
+                entry["buckets"].append((sample.labels["le"], sample.value))
+            elif sample.name.endswith("_sum"):
+                entry["sum"] = sample.value
+    kept = 0
+    for key, entry in sorted(series.items()):
+        value = rename(key) if rename is not None else key
+        if value is None:
+            continue
+        out.add_metric([value] if new_label else [], entry["buckets"], entry["sum"])
+        kept += 1
+    if not new_label and not kept:  # an unlabelled histogram exists from the start, as Riffle's do
+        bounds = metric._upper_bounds
+        out.add_metric([], [(floatToGoString(b), 0.0) for b in bounds], 0.0)
+    return out
+
+
 class LoopLagMonitor:
     """How late the event loop runs a timer due every ``period_s``: its worst lateness since the last read.
 
@@ -168,7 +351,8 @@ class Metrics:
                                      buckets=_LATENCY_BUCKETS, registry=r)
         self.received_bytes = Counter("riffle_server_received_bytes", "block payload bytes of successful "
                                       "sendShuffleData requests (retried sends count again)", registry=r)
-        read = Counter("riffle_server_read_bytes", "bytes served to readers", ["source"], registry=r)
+        read = self.read_bytes = Counter("riffle_server_read_bytes", "bytes served to readers", ["source"],
+                                         registry=r)
         self.read_memory_bytes = read.labels("memory")
         self.read_local_bytes = read.labels("localfile")
         self.read_index_bytes = read.labels("index")
@@ -176,6 +360,8 @@ class Metrics:
         self.spill_bytes = Counter("riffle_spill_bytes", "bytes spilled to disk", ["disk"], registry=r)
         self.spill_seconds = Histogram("riffle_spill_duration_seconds", "time to write one spill batch", ["disk"],
                                        buckets=_LATENCY_BUCKETS, registry=r)
+        self.spill_batch_bytes = Histogram("riffle_spill_batch_bytes", "bytes of one spill batch",
+                                           buckets=_SPILL_SIZE_BUCKETS, registry=r)
         self.spill_failures = Counter("riffle_spill_failures", "failed spill attempts (retried)", ["disk"],
                                       registry=r)
         self.oversized_sends = Counter("riffle_server_oversized_sends", "sendShuffleData requests refused "
@@ -198,6 +384,8 @@ class Metrics:
         r.register(_StateCollector(self))
         self.loop_lag = LoopLagMonitor()  # started and stopped by the server, on its loop
         r.register(_LoopLagCollector(self.loop_lag))
+        r.register(_RiffleNamesCollector(self))
+        ProcessCollector(registry=r)  # process_resident_memory_bytes & co., Riffle's dashboards read them
 
     def on_spill_failed(self, disk: str) -> None:
         self.spill_failures.labels(disk).inc()
@@ -205,6 +393,7 @@ class Metrics:
     def on_spilled(self, disk: str, data_bytes: int, seconds: float) -> None:
         self.spill_total.labels(disk).inc()
         self.spill_bytes.labels(disk).inc(data_bytes)
+        self.spill_batch_bytes.observe(data_bytes)
         self.spill_seconds.labels(disk).observe(seconds)
 
     def on_recovered(self, *, seconds: float, apps: int, partitions: int, lost_blocks: int, removed: int) -> None:
