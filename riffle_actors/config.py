@@ -138,7 +138,8 @@ class LogConfig(StrictModel):
         if self.log_level is not None:
             if self.log_level.upper() not in _RIFFLE_LOG_LEVELS:
                 raise FieldProblem("log_level", f"unknown log level {self.log_level!r}: DEBUG, INFO or WARN")
-            if "level" in self.model_fields_set and self.level.upper() != self.effective_level:
+            if ("level" in self.model_fields_set
+                    and self.level.upper() != _RIFFLE_LOG_LEVELS[self.log_level.upper()]):
                 raise _conflict("log_level", "level")
         if (self.max_log_files is not None and "retention" in self.model_fields_set
                 and self.max_log_files != self.retention):

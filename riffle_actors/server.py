@@ -449,6 +449,8 @@ class ShuffleServer:
         elif self.cfg.coordinator_quorum:
             self.ip = advertised_ip(self.cfg.grpc_bind_address)
         self.server_id = f"{self.ip}-{self.grpc_port}" + (f"-{self.urpc_port}" if self.urpc_port else "")
+        logger.info("server id {} (advertised ip {}{})", self.server_id, self.ip,
+                    ", from WORKER_IP" if self.worker_ip else "")
         if self.hdfs_resources is not None:
             self.hdfs_resources.server_id = self.server_id  # HDFS file names start with it (spec §5.5)
         admin.identity = ServerIdentity(ip=self.ip, grpc_port=self.grpc_port, http_port=self.http_port,
