@@ -77,6 +77,39 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
 
 
+# --- Riffle's keys (docs/riffle-compat.md) ---------------------------------------------------------
+class RiffleKind(enum.StrEnum):
+    """How a key that exists for Riffle's configs is treated here (``riffle_key``)."""
+
+    MAPPED = "mapped"  # Riffle's name (or a Riffle thread pool) for a setting of ours: it sets or caps that one
+    NOT_YET = "not yet"  # accepted; the feature is not built here: a WARNING at start when it is set
+    NO_EFFECT = "no effect"  # accepted; it means nothing in this design: an INFO line at start when set
+
+
+def riffle_key(kind: RiffleKind, note: str, *, target: str | None = None, inert: Any = None) -> dict[str, Any]:
+    """``json_schema_extra`` of a field kept for Riffle's configs. ``note``: what it does here (or why
+    not); ``target``: the dotted key of ours it sets or caps (MAPPED); ``inert``: a value that needs
+    no log line because it asks for what this server does anyway (e.g. ``false`` for a feature
+    not built here)."""
+    extra: dict[str, Any] = {"riffle": kind.value, "riffle_note": note}
+    if target is not None:
+        extra["riffle_target"] = target
+    if inert is not None:
+        extra["riffle_inert"] = inert
+    return extra
+
+
+def riffle_extra(model: type[BaseModel], name: str) -> dict[str, Any]:
+    """The ``riffle_key`` metadata of field ``name`` of ``model`` ({} for a key of our own)."""
+    extra = model.model_fields[name].json_schema_extra
+    return extra if isinstance(extra, dict) and "riffle" in extra else {}
+
+
+def _conflict(riffle_name: str, ours: str) -> FieldProblem:
+    return FieldProblem(riffle_name, f"is Riffle's name of {ours} here and both are set to different values; "
+                                     f"keep one of them")
+
+
 class LogConfig(StrictModel):
     """``[log]``: where and how much the daemon logs (loguru)."""
 
@@ -85,11 +118,70 @@ class LogConfig(StrictModel):
     rotation: str = Field("100 MB", description="loguru rotation of the log file")
     retention: int = Field(5, ge=1, description="rotated log files kept")
 
+    # Riffle's [log] keys (path and rotation above are Riffle's names too; see riffle_actors.log)
+    log_level: str | None = Field(
+        None, description="Riffle's name of level: DEBUG, INFO or WARN",
+        json_schema_extra=riffle_key(RiffleKind.MAPPED, "sets level (WARN = WARNING)", target="log.level"))
+    max_file_size: ByteSize | None = Field(
+        None, gt=0, description="Riffle's size limit of one log file",
+        json_schema_extra=riffle_key(RiffleKind.MAPPED, "rotates the log file at this size when rotation is Never "
+                                                         "or not set (loguru rotates on one condition)",
+                                     target="log.rotation"))
+    max_log_files: int | None = Field(
+        None, ge=1, description="Riffle's name of retention",
+        json_schema_extra=riffle_key(RiffleKind.MAPPED, "sets retention", target="log.retention"))
+
     @model_validator(mode="after")
     def _check_level(self) -> LogConfig:
         if self.level.upper() not in {"TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR", "CRITICAL"}:
             raise FieldProblem("level", f"unknown log level {self.level!r}")
+        if self.log_level is not None:
+            if self.log_level.upper() not in _RIFFLE_LOG_LEVELS:
+                raise FieldProblem("log_level", f"unknown log level {self.log_level!r}: DEBUG, INFO or WARN")
+            if ("level" in self.model_fields_set
+                    and self.level.upper() != _RIFFLE_LOG_LEVELS[self.log_level.upper()]):
+                raise _conflict("log_level", "level")
+        if (self.max_log_files is not None and "retention" in self.model_fields_set
+                and self.max_log_files != self.retention):
+            raise _conflict("max_log_files", "retention")
         return self
+
+    @property
+    def effective_level(self) -> str:
+        """``level``, or Riffle's ``log_level`` when only that is set (upper case, loguru's names)."""
+        if self.log_level is not None and "level" not in self.model_fields_set:
+            return _RIFFLE_LOG_LEVELS[self.log_level.upper()]
+        return self.level.upper()
+
+    @property
+    def effective_rotation(self) -> str | int | None:
+        """loguru's rotation: Riffle's ``Hourly`` / ``Daily`` / ``Never`` (None) or loguru's own forms;
+        Riffle's ``max_file_size`` (bytes) when rotation is Never or not set."""
+        rotation: str | int | None = self.rotation
+        if self.rotation.strip().lower() in ("hourly", "daily"):
+            rotation = self.rotation.strip().lower()
+        elif self.rotation.strip().lower() == "never":
+            rotation = None
+        if self.max_file_size is not None and (rotation is None or "rotation" not in self.model_fields_set):
+            rotation = self.max_file_size
+        return rotation
+
+    @property
+    def effective_retention(self) -> int:
+        return self.max_log_files if self.max_log_files is not None else self.retention
+
+    @property
+    def file_path(self) -> str | None:
+        """The log file: ``path``, or ``<path>/riffle-server.log`` when ``path`` names a directory
+        (an existing one, or ending with ``/``) as Riffle's ``[log] path`` does."""
+        if not self.path:
+            return None
+        if self.path.endswith(("/", os.sep)) or os.path.isdir(self.path):
+            return os.path.join(self.path, "riffle-server.log")
+        return self.path
+
+
+_RIFFLE_LOG_LEVELS = {"DEBUG": "DEBUG", "INFO": "INFO", "WARN": "WARNING"}
 
 
 def parse_bind_address(value: Any) -> str:
@@ -184,6 +276,12 @@ class StorageType(enum.StrEnum):
         return "HDFS" in self.value
 
 
+class RiffleBufferType(enum.StrEnum):
+    DEFAULT = "DEFAULT"
+    INDEXED = "INDEXED"
+    EXPERIMENTAL = "EXPERIMENTAL"  # Riffle's old name of INDEXED
+
+
 class MemoryStoreConfig(StrictModel):
     """``[memory_store]``: the write buffer budget and its tickets."""
 
@@ -192,6 +290,45 @@ class MemoryStoreConfig(StrictModel):
         60, ge=1, description="a requireBuffer ticket not used by a send within this time is released"
     )
     buffer_ticket_check_interval_sec: int = Field(1, ge=1, description="how often expired tickets are swept")
+
+    # Riffle's keys without a counterpart here (docs/riffle-compat.md)
+    buffer_type: RiffleBufferType = Field(
+        RiffleBufferType.DEFAULT, description="Riffle's memory buffer structure (DEFAULT, INDEXED, EXPERIMENTAL)",
+        json_schema_extra=riffle_key(RiffleKind.NO_EFFECT, "one buffer design here: a partition's staging and "
+                                                            "in-flight block lists", inert="DEFAULT"))
+    dashmap_shard_amount: int | None = Field(
+        None, ge=1, description="Riffle's shard count of its concurrent maps (README; Riffle 0.27 ignores it too)",
+        json_schema_extra=riffle_key(RiffleKind.NO_EFFECT, "no shared concurrent maps here: each partition's "
+                                                            "buffer is owned by one actor"))
+
+
+class IoLimiterConfig(StrictModel):
+    """``[localfile_store.io_limiter]`` (Riffle): a throughput limit per disk. Not built here."""
+
+    capacity: ByteSize = Field(description="bytes per second of one disk")
+    read_enable: bool = Field(True, description="throttle reads")
+    write_enable: bool = Field(True, description="throttle writes")
+
+
+class ReadAheadConfig(StrictModel):
+    """``[localfile_store.read_ahead_options]`` (Riffle): sequential read-ahead of data files. Not built here."""
+
+    batch_size: ByteSize = Field("14M", gt=0, description="bytes read ahead per batch")
+    batch_number: int = Field(4, ge=1, description="batches read ahead")
+    read_plan_enable: bool = Field(False, description="read plans from the client's read pattern")
+    read_plan_concurrency: int = Field(100, ge=1, description="read plans in progress at once")
+
+
+class IoUringConfig(StrictModel):
+    """``[localfile_store.io_uring_options]`` (Riffle): the io_uring disk IO engine."""
+
+    threads: int = Field(2, ge=1, description="io_uring threads")
+    io_depth: int = Field(64, ge=1, description="submission queue depth")
+
+
+#: upper bounds of the per-disk thread pools (``disk_write_threads``, ``disk_read_threads``)
+MAX_DISK_WRITE_THREADS = 16
+MAX_DISK_READ_THREADS = 32
 
 
 class LocalfileStoreConfig(StrictModel):
@@ -221,12 +358,68 @@ class LocalfileStoreConfig(StrictModel):
                           "tail is rewritten by the next append); a file system that refuses O_DIRECT gets "
                           "buffered appends, with the reason logged")
 
+    # Riffle's keys (docs/riffle-compat.md)
+    write_concurrency_per_disk: int | None = Field(
+        None, ge=1, description="Riffle's writes in flight per disk (its default 4); unset = disk_write_threads",
+        json_schema_extra=riffle_key(RiffleKind.MAPPED, f"sets disk_write_threads (writer threads per disk; at "
+                                                         f"most {MAX_DISK_WRITE_THREADS})",
+                                     target="localfile_store.disk_write_threads"))
+    io_duration_threshold_sec: float | None = Field(
+        None, gt=0, description="Riffle's timeout of one disk IO (its default 300); unset = disk_io_timeout_sec",
+        json_schema_extra=riffle_key(RiffleKind.MAPPED, "sets disk_io_timeout_sec (Riffle's TimeoutLayer fails an "
+                                                         "IO after this long, as disk_io_timeout_sec does)",
+                                     target="localfile_store.disk_io_timeout_sec"))
+    direct_io_enable: bool | None = Field(
+        None, description="Riffle README's name of direct_io_append_enable (O_DIRECT flushes)",
+        json_schema_extra=riffle_key(RiffleKind.MAPPED, "sets direct_io_append_enable (Riffle 0.27 itself no "
+                                                         "longer reads this key)",
+                                     target="localfile_store.direct_io_append_enable"))
+    launch_purge_enable: bool = Field(
+        False, description="at start, delete everything under each data path (instead of recovering it)")
+    direct_io_read_enable: bool = Field(
+        False, description="Riffle README: O_DIRECT reads (Riffle 0.27 itself no longer reads this key)",
+        json_schema_extra=riffle_key(RiffleKind.NOT_YET, "reads go through the page cache here", inert=False))
+    disk_write_buf_capacity: ByteSize = Field(
+        "1M", description="Riffle's write buffer of a data file",
+        json_schema_extra=riffle_key(RiffleKind.NO_EFFECT, "a spill batch is written by one call from its own "
+                                                            "buffer; there is no intermediate write buffer"))
+    disk_read_buf_capacity: ByteSize = Field(
+        "1M", description="Riffle's read buffer of a data file",
+        json_schema_extra=riffle_key(RiffleKind.NO_EFFECT, "a read is one pread (or sendfile) of the requested "
+                                                            "range; there is no intermediate read buffer"))
+    index_consistency_detection_enable: bool = Field(
+        False, description="Riffle: check index files against their data file when served",
+        json_schema_extra=riffle_key(RiffleKind.NOT_YET, "index files are checked at restart recovery only",
+                                     inert=False))
+    io_limiter: IoLimiterConfig | None = Field(
+        None, description="Riffle's disk throughput limit",
+        json_schema_extra=riffle_key(RiffleKind.NOT_YET, "no disk throttle here (concurrency limits only: "
+                                                          "disk_write_threads, disk_read_threads)"))
+    read_ahead_options: ReadAheadConfig | None = Field(
+        None, description="Riffle's read-ahead of data files",
+        json_schema_extra=riffle_key(RiffleKind.NOT_YET, "no read-ahead here (the page cache's own only)"))
+    io_uring_options: IoUringConfig | None = Field(
+        None, description="Riffle's io_uring IO engine (its io-uring build only)",
+        json_schema_extra=riffle_key(RiffleKind.NO_EFFECT, "disk IO runs on per-disk thread pools here (Python "
+                                                            "has no io_uring engine); Riffle without its io-uring "
+                                                            "build ignores it too"))
+
     @model_validator(mode="after")
     def _check(self) -> LocalfileStoreConfig:
         if len(set(self.data_paths)) != len(self.data_paths):
             raise FieldProblem("data_paths", "lists the same directory twice")
         if self.disk_low_watermark > self.disk_high_watermark:
             raise FieldProblem("disk_low_watermark", "disk_low_watermark must not exceed disk_high_watermark")
+        fields = self.model_fields_set
+        if (self.write_concurrency_per_disk is not None and "disk_write_threads" in fields
+                and min(self.write_concurrency_per_disk, MAX_DISK_WRITE_THREADS) != self.disk_write_threads):
+            raise _conflict("write_concurrency_per_disk", "disk_write_threads")
+        if (self.io_duration_threshold_sec is not None and "disk_io_timeout_sec" in fields
+                and self.io_duration_threshold_sec != self.disk_io_timeout_sec):
+            raise _conflict("io_duration_threshold_sec", "disk_io_timeout_sec")
+        if (self.direct_io_enable is not None and "direct_io_append_enable" in fields
+                and self.direct_io_enable != self.direct_io_append_enable):
+            raise _conflict("direct_io_enable", "direct_io_append_enable")
         return self
 
 
@@ -245,12 +438,52 @@ class HybridStoreConfig(StrictModel):
         None, description="a huge partition's spill batch larger than this goes to HDFS (store_type with HDFS; "
                           "needs app_config.partition_limit_enable); unset = huge partitions stay local")
 
+    # Riffle's keys (docs/riffle-compat.md)
+    huge_partition_memory_single_buffer_max_spill_size: ByteSize | None = Field(
+        None, gt=0, description="Riffle's place of app_config.huge_partition_memory_single_buffer_max_spill_size",
+        json_schema_extra=riffle_key(RiffleKind.MAPPED, "sets app_config.huge_partition_memory_single_buffer_"
+                                                         "max_spill_size",
+                                     target="app_config.huge_partition_memory_single_buffer_max_spill_size"))
+    memory_spill_to_hdfs_concurrency: int | None = Field(
+        None, description="Riffle's HDFS spills in flight (unset there = its HDFS thread count)",
+        json_schema_extra=riffle_key(RiffleKind.MAPPED, "caps hdfs_store.max_concurrency (HDFS writes in flight); "
+                                                         "0 or less = no cap", target="hdfs_store.max_concurrency"))
+    memory_spill_to_localfile_concurrency: int | None = Field(
+        None, description="Riffle's old local spill limit (Riffle 0.27 ignores it)",
+        json_schema_extra=riffle_key(RiffleKind.NO_EFFECT, "Riffle 0.27 replaced it by write_concurrency_per_disk; "
+                                                            "set that one (or disk_write_threads)"))
+    huge_partition_fallback_enable: bool = Field(
+        False, description="Riffle: a huge partition's spill that failed on HDFS may go to local disk",
+        json_schema_extra=riffle_key(RiffleKind.NO_EFFECT, "a failed HDFS spill always goes to local disk here "
+                                                            "(huge partitions too), as if true", inert=True))
+    sensitive_watermark_spill_enable: bool = Field(
+        False, description="Riffle: count bytes being spilled as used in the watermark ratio",
+        json_schema_extra=riffle_key(RiffleKind.NOT_YET, "the spill watermark counts the bytes not yet being "
+                                                          "spilled, as Riffle's default; the sensitive mode (in-"
+                                                          "flight bytes counted too) is not built",
+                                     inert=False))
+    async_watermark_spill_trigger_enable: bool = Field(
+        False, description="Riffle: check the spill watermark periodically instead of on every write",
+        json_schema_extra=riffle_key(RiffleKind.NO_EFFECT, "the MemoryManager actor checks the watermark as each "
+                                                            "write is accounted, off the write path already",
+                                     inert=False))
+    async_watermark_spill_trigger_interval_ms: int = Field(
+        500, ge=1, description="Riffle: period of the asynchronous watermark check",
+        json_schema_extra=riffle_key(RiffleKind.NO_EFFECT, "see async_watermark_spill_trigger_enable", inert=500))
+
     @model_validator(mode="after")
     def _check(self) -> HybridStoreConfig:
         if self.memory_spill_low_watermark >= self.memory_spill_high_watermark:
             raise FieldProblem("memory_spill_low_watermark",
                                "memory_spill_low_watermark must be below memory_spill_high_watermark")
         return self
+
+
+class KerberosSecurityConfig(StrictModel):
+    """``[hdfs_store.kerberos_security_config]`` (Riffle): Kerberos login of the HDFS client. Not built here."""
+
+    keytab_path: str = Field(description="keytab file")
+    principal: str = Field(description="principal, e.g. riffle/host@REALM")
 
 
 class HdfsStoreConfig(StrictModel):
@@ -272,6 +505,21 @@ class HdfsStoreConfig(StrictModel):
     replication: int | None = Field(None, ge=1, le=32, description="replication of new HDFS files; "
                                                                    "unset = the NameNode's default")
 
+    # Riffle's keys (docs/riffle-compat.md)
+    kerberos_security_config: KerberosSecurityConfig | None = Field(
+        None, description="Riffle's Kerberos login (keytab_path, principal)",
+        json_schema_extra=riffle_key(RiffleKind.NOT_YET, "no Kerberos login here: HDFS is reached as the "
+                                                          "server's user (simple authentication)"))
+    precheck_enable: bool = Field(
+        False, description="Riffle: connect to the default HDFS at start and refuse to start without it",
+        json_schema_extra=riffle_key(RiffleKind.NOT_YET, "HDFS paths come from each app's registration; nothing "
+                                                          "is checked at start", inert=False))
+
+
+class RiffleBlockIdManagerType(enum.StrEnum):
+    DEFAULT = "DEFAULT"
+    PARTITIONED = "PARTITIONED"
+
 
 class AppConfig(StrictModel):
     """``[app_config]``: per-application limits and expiry."""
@@ -287,6 +535,20 @@ class AppConfig(StrictModel):
         "64M", gt=0, description="spill size of a huge partition's buffer"
     )
 
+    # Riffle's keys (docs/riffle-compat.md)
+    block_id_manager_type: RiffleBlockIdManagerType = Field(
+        RiffleBlockIdManagerType.DEFAULT, description="Riffle's block id set structure (DEFAULT, PARTITIONED)",
+        json_schema_extra=riffle_key(RiffleKind.NO_EFFECT, "block ids are kept per partition here (one Roaring "
+                                                            "bitmap each), which is what PARTITIONED means",
+                                     inert="DEFAULT"))
+    partition_split_enable: bool = Field(
+        False, description="Riffle: ask clients to move a partition above partition_split_threshold elsewhere",
+        json_schema_extra=riffle_key(RiffleKind.NOT_YET, "no partition split here (partition_limit_* marks huge "
+                                                          "partitions and applies back pressure)", inert=False))
+    partition_split_threshold: ByteSize = Field(
+        "40G", gt=0, description="Riffle: partition size that triggers a split",
+        json_schema_extra=riffle_key(RiffleKind.NOT_YET, "see partition_split_enable", inert=40 << 30))
+
 
 class HealthConfig(StrictModel):
     """``[health]``: when the server calls itself unhealthy."""
@@ -299,6 +561,17 @@ class HealthConfig(StrictModel):
 class UrpcIndexVersion(enum.StrEnum):
     V1 = "V1"
     V2 = "V2"
+
+
+class RiffleUrpcWriteMode(enum.StrEnum):
+    VECTORED = "VECTORED"
+    FREEZE = "FREEZE"
+    CHUNKED = "CHUNKED"
+
+
+class RiffleUrpcNetEngine(enum.StrEnum):
+    TOKIO = "TOKIO"
+    URING = "URING"
 
 
 class UrpcConfig(StrictModel):
@@ -323,6 +596,101 @@ class UrpcConfig(StrictModel):
                           "false: read into memory, then write")
     sendfile_stall_timeout_sec: float = Field(
         60.0, gt=0, description="a sendfile reply the client does not read for this long closes the connection")
+
+    # Riffle's keys (docs/riffle-compat.md)
+    streaming_parse_enabled: bool = Field(
+        True, description="Riffle: parse frames as their bytes arrive",
+        json_schema_extra=riffle_key(RiffleKind.NO_EFFECT, "frames are always parsed as their bytes arrive here "
+                                                            "(asyncio BufferedProtocol)", inert=True))
+    write_mode: RiffleUrpcWriteMode = Field(
+        RiffleUrpcWriteMode.VECTORED, description="Riffle: how replies are written (VECTORED, FREEZE, CHUNKED)",
+        json_schema_extra=riffle_key(RiffleKind.NO_EFFECT, "replies are written header + body in one vectored "
+                                                            "write (or sendfile) here", inert="VECTORED"))
+    net_engine: RiffleUrpcNetEngine = Field(
+        RiffleUrpcNetEngine.TOKIO, description="Riffle: the urpc network engine (TOKIO, URING)",
+        json_schema_extra=riffle_key(RiffleKind.NO_EFFECT, "urpc runs on the asyncio (uvloop) event loop here; "
+                                                            "URING falls back as in a Riffle build without io-uring",
+                                     inert="TOKIO"))
+
+
+class RuntimeConfig(StrictModel):
+    """``[runtime_config]`` (Riffle's thread pools): each one sets or caps the pool of ours that does that work.
+
+    Unset keys leave our own settings alone (Riffle's defaults are in docs/riffle-compat.md).
+    """
+
+    read_thread_num: int | None = Field(
+        None, ge=1, description="Riffle's disk read threads (all disks)",
+        json_schema_extra=riffle_key(RiffleKind.MAPPED, f"sets localfile_store.disk_read_threads to this / number "
+                                                         f"of disks (rounded up, at most {MAX_DISK_READ_THREADS}) "
+                                                         f"unless disk_read_threads is set",
+                                     target="localfile_store.disk_read_threads"))
+    localfile_write_thread_num: int | None = Field(
+        None, ge=1, description="Riffle's disk write threads (all disks)",
+        json_schema_extra=riffle_key(RiffleKind.MAPPED, "caps localfile_store.disk_write_threads at this / number "
+                                                         "of disks (at least 1)",
+                                     target="localfile_store.disk_write_threads"))
+    hdfs_write_thread_num: int | None = Field(
+        None, ge=1, description="Riffle's HDFS write threads",
+        json_schema_extra=riffle_key(RiffleKind.MAPPED, "caps hdfs_store.max_concurrency (one writer thread per "
+                                                         "HDFS write in flight here)",
+                                     target="hdfs_store.max_concurrency"))
+    http_thread_num: int | None = Field(
+        None, ge=1, description="Riffle's HTTP threads",
+        json_schema_extra=riffle_key(RiffleKind.NO_EFFECT, "the HTTP server runs on the event loop; it has no "
+                                                            "threads of its own"))
+    default_thread_num: int | None = Field(
+        None, ge=1, description="Riffle's threads of background work",
+        json_schema_extra=riffle_key(RiffleKind.MAPPED, "sets the threads of the event loop's default executor "
+                                                         "(recovery scans, bitmap decoding, metrics pushes)"))
+    dispatch_thread_num: int | None = Field(
+        None, ge=1, description="Riffle's threads of spill dispatching",
+        json_schema_extra=riffle_key(RiffleKind.NO_EFFECT, "spills are dispatched by one actor on the event loop; "
+                                                            "their concurrency is hybrid_store."
+                                                            "memory_spill_max_concurrency"))
+    read_ahead_thread_number: int | None = Field(
+        None, ge=1, description="Riffle's read-ahead threads",
+        json_schema_extra=riffle_key(RiffleKind.NOT_YET, "no read-ahead here (see localfile_store."
+                                                          "read_ahead_options)"))
+
+
+class HealthServiceConfig(StrictModel):
+    """``[health_service_config]`` (Riffle's names): more reasons for /health and the heartbeat to say UNHEALTHY."""
+
+    alive_app_number_max_limit: int | None = Field(
+        None, ge=0, description="more apps than this = UNHEALTHY (new apps go elsewhere); unset = no limit")
+    disk_used_ratio_health_threshold: float | None = Field(
+        None, gt=0, le=1, description="a data path used above this ratio = UNHEALTHY; unset = no check")
+    memory_allocated_threshold: ByteSize | None = Field(
+        None, gt=0, description="the process's resident memory (RSS) above this = UNHEALTHY until restart "
+                                "(Riffle counts its allocator's bytes); unset = no check")
+    service_hang_of_mem_continuous_unchange_sec: float = Field(
+        300, gt=0, description="memory in use (not 0) unchanged this long while service_hang_of_app_valid_number "
+                               "apps or more are registered = a hung server, UNHEALTHY until restart")
+    service_hang_of_app_valid_number: int = Field(
+        50, ge=0, description="apps needed for the hang check above")
+
+
+class TracingConfig(StrictModel):
+    """``[tracing]`` (Riffle): Jaeger tracing. Not built here."""
+
+    jaeger_reporter_endpoint: str = Field(description="Jaeger collector URL")
+    jaeger_service_name: str = Field(description="service name of the spans")
+
+
+class HistoricalAppsConfig(StrictModel):
+    """``[historical_apps_config]`` (Riffle): a kept record of finished apps. Not built here."""
+
+    retention_days: int = Field(description="days a finished app is kept")
+    backend: str = Field(description="MEM or SLED")
+    db_path: str | None = Field(None, description="SLED database directory")
+
+    @field_validator("backend")
+    @classmethod
+    def _check_backend(cls, value: str) -> str:
+        if value not in ("MEM", "SLED"):
+            raise ValueError(f"unknown backend {value!r}: MEM or SLED")
+        return value
 
 
 class ServerConfig(StrictModel):
@@ -364,8 +732,37 @@ class ServerConfig(StrictModel):
     log: LogConfig = Field(default_factory=LogConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
 
+    # Riffle's keys (docs/riffle-compat.md)
+    fallback_random_ports_enable: bool = Field(
+        False, description="a configured grpc/urpc/http port already in use is replaced by a free one (logged); "
+                           "Riffle's default is true")
+    initial_unhealthy_status_enable: bool = Field(
+        False, description="Riffle: start UNHEALTHY until an operator sets the server healthy",
+        json_schema_extra=riffle_key(RiffleKind.NOT_YET, "the server is HEALTHY from its first heartbeat (an "
+                                                          "operator can decommission it)", inert=False))
+    conf_reload_enable: bool = Field(
+        False, description="Riffle: re-read the config file every 60 s (Riffle's default is true)",
+        json_schema_extra=riffle_key(RiffleKind.NOT_YET, "the config is read once at start; restart to change it",
+                                     inert=False))
+    runtime_config: RuntimeConfig = Field(default_factory=RuntimeConfig)
+    health_service_config: HealthServiceConfig = Field(default_factory=HealthServiceConfig)
+    tracing: TracingConfig | None = Field(
+        None, description="Riffle's Jaeger tracing",
+        json_schema_extra=riffle_key(RiffleKind.NOT_YET, "no tracing here (logs and /metrics only)"))
+    historical_apps_config: HistoricalAppsConfig | None = Field(
+        None, description="Riffle's record of finished apps",
+        json_schema_extra=riffle_key(RiffleKind.NOT_YET, "the server keeps the last 1000 purged apps in memory "
+                                                          "only; no retention in days, no SLED store"))
+
     @model_validator(mode="after")
     def _check(self) -> ServerConfig:
+        hs, ac = self.hybrid_store, self.app_config
+        if (hs.huge_partition_memory_single_buffer_max_spill_size is not None
+                and "huge_partition_memory_single_buffer_max_spill_size" in ac.model_fields_set
+                and hs.huge_partition_memory_single_buffer_max_spill_size
+                != ac.huge_partition_memory_single_buffer_max_spill_size):
+            raise _conflict("hybrid_store.huge_partition_memory_single_buffer_max_spill_size",
+                            "app_config.huge_partition_memory_single_buffer_max_spill_size")
         if not self.store_type.has_localfile and self.localfile_store.data_paths:
             raise FieldProblem("localfile_store.data_paths", f"store_type {self.store_type.value} has no local "
                                                              f"tier; remove the data paths or use MEMORY_LOCALFILE_HDFS")
@@ -421,3 +818,84 @@ def load_config(path: str | os.PathLike[str]) -> ServerConfig:
     if isinstance(ls, dict) and isinstance(ls.get("data_paths"), list):
         ls["data_paths"] = [str(Path(p).resolve()) if isinstance(p, str) else p for p in ls["data_paths"]]
     return validate_config(ServerConfig, data, path)
+
+
+# --- Riffle's keys: applying them and telling what they did -----------------------------------------
+
+
+def apply_riffle_keys(cfg: ServerConfig) -> ServerConfig:
+    """``cfg`` with every MAPPED Riffle key applied to the setting of ours it names (idempotent).
+
+    A Riffle name of one of our keys sets it unless ours is set too (both set and different is a
+    config error, see the validators); a Riffle thread pool caps the pool of ours doing that work.
+    ``[log]``'s Riffle keys are read by ``LogConfig``'s ``effective_*`` properties instead.
+    """
+    ls, hs, hd, ac, rt = cfg.localfile_store, cfg.hybrid_store, cfg.hdfs_store, cfg.app_config, cfg.runtime_config
+    disks = max(1, len(ls.data_paths))
+    ls_up: dict[str, Any] = {}
+    ours = ls.model_fields_set
+    if ls.write_concurrency_per_disk is not None and "disk_write_threads" not in ours:
+        ls_up["disk_write_threads"] = min(ls.write_concurrency_per_disk, MAX_DISK_WRITE_THREADS)
+    if rt.localfile_write_thread_num is not None:
+        ls_up["disk_write_threads"] = max(1, min(ls_up.get("disk_write_threads", ls.disk_write_threads),
+                                                 rt.localfile_write_thread_num // disks))
+    if rt.read_thread_num is not None and "disk_read_threads" not in ours:
+        ls_up["disk_read_threads"] = max(1, min(MAX_DISK_READ_THREADS, -(-rt.read_thread_num // disks)))
+    if ls.io_duration_threshold_sec is not None and "disk_io_timeout_sec" not in ours:
+        ls_up["disk_io_timeout_sec"] = float(ls.io_duration_threshold_sec)
+    if ls.direct_io_enable is not None and "direct_io_append_enable" not in ours:
+        ls_up["direct_io_append_enable"] = ls.direct_io_enable
+    hdfs_caps = [n for n in (rt.hdfs_write_thread_num, hs.memory_spill_to_hdfs_concurrency) if n is not None and n > 0]
+    hd_up = {"max_concurrency": min(hd.max_concurrency, *hdfs_caps)} if hdfs_caps else {}
+    ac_up: dict[str, Any] = {}
+    if (hs.huge_partition_memory_single_buffer_max_spill_size is not None
+            and "huge_partition_memory_single_buffer_max_spill_size" not in ac.model_fields_set):
+        ac_up["huge_partition_memory_single_buffer_max_spill_size"] = hs.huge_partition_memory_single_buffer_max_spill_size
+    update: dict[str, Any] = {}
+    for name, section, up in (("localfile_store", ls, ls_up), ("hdfs_store", hd, hd_up), ("app_config", ac, ac_up)):
+        changed = {k: v for k, v in up.items() if getattr(section, k) != v}
+        if changed:
+            update[name] = section.model_copy(update=changed)
+    return cfg.model_copy(update=update) if update else cfg
+
+
+def _dotted_get(cfg: BaseModel, dotted: str) -> Any:
+    value: Any = cfg
+    for part in dotted.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def riffle_key_notes(cfg: BaseModel, *, applied: BaseModel | None = None,
+                     prefix: str = "") -> list[tuple[str, str]]:
+    """``(level, message)`` for every Riffle key set in ``cfg`` that is not simply one of ours: what a
+    MAPPED key set (read from ``applied``, the config after ``apply_riffle_keys``), which ones are
+    accepted but not built (WARNING) and which mean nothing here (INFO). Values in ``riffle_inert``
+    (asking for what this server does anyway) give no line."""
+    applied = cfg if applied is None else applied
+    notes: list[tuple[str, str]] = []
+    for name in type(cfg).model_fields:
+        value = getattr(cfg, name)
+        key = f"{prefix}{name}"
+        extra = riffle_extra(type(cfg), name)
+        if not extra:
+            if isinstance(value, BaseModel):
+                notes.extend(riffle_key_notes(value, applied=applied, prefix=f"{key}."))
+            continue
+        if name not in cfg.model_fields_set or value is None:
+            continue
+        if "riffle_inert" in extra and value == extra["riffle_inert"]:
+            continue
+        note = extra["riffle_note"]
+        shown = "set" if isinstance(value, BaseModel) else f"= {value!r}"
+        if extra["riffle"] == RiffleKind.NOT_YET:
+            notes.append(("WARNING", f"Riffle key {key} {shown}: accepted, not yet implemented here ({note})"))
+        elif extra["riffle"] == RiffleKind.NO_EFFECT:
+            notes.append(("INFO", f"Riffle key {key} {shown}: no effect here ({note})"))
+        else:
+            target = extra.get("riffle_target")
+            now = ""
+            if target and not target.startswith("log."):  # [log]: see LogConfig.effective_*
+                now = f"; now {target} = {_dotted_get(applied, target)!r}"
+            notes.append(("INFO", f"Riffle key {key} {shown}: {note}{now}"))
+    return notes

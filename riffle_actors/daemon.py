@@ -8,9 +8,15 @@ Both binaries' ``main()`` are one call::
 
 Command line built here (``PROG`` = ``prog``)::
 
-    PROG [run] --config PATH [--daemon] [--pid-file F] [--port-file F] [--start-timeout S]
+    PROG [run] -c/--config PATH [--daemon] [--pid-file F] [--port-file F] [--start-timeout S]
     PROG stop --pid-file F [--timeout S] [--kill]
     PROG status --pid-file F
+
+Without ``-c/--config``, the path comes from the environment variable ``config_env`` when the
+binary names one (riffle-server: ``WORKER_CONFIG_PATH``, Riffle's launch line); with neither, exit 2.
+``RUST_LOG`` (Riffle's log filter: ``info``, ``debug``, ``riffle=debug``, ``warn,h2=error``...)
+overrides the ``[log]`` level with the most verbose level it names (``riffle_actors.log.
+level_from_rust_log``); one we cannot read is reported on stderr and the config's level kept.
 
 Contract of ``run_daemon(argv, *, prog, load_config, log_config, serve, description="")``:
 
@@ -64,7 +70,7 @@ from typing import Any, Generic, TypeVar
 from loguru import logger
 
 from riffle_actors.config import ConfigError, LogConfig
-from riffle_actors.log import setup_logging
+from riffle_actors.log import level_from_rust_log, setup_logging
 
 C = TypeVar("C")
 
@@ -183,9 +189,10 @@ class RunArgs:
     start_timeout: float
 
 
-def _run_parser(prog: str, description: str) -> argparse.ArgumentParser:
+def _run_parser(prog: str, description: str, config_env: str | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=description)
-    p.add_argument("--config", required=True, metavar="PATH", help="TOML config file")
+    p.add_argument("-c", "--config", required=config_env is None, metavar="PATH",
+                   help="TOML config file" + (f" (default: ${config_env})" if config_env else ""))
     p.add_argument("--daemon", action="store_true", help="detach into the background (needs --pid-file)")
     p.add_argument("--pid-file", metavar="F", help="write the daemon's pid here")
     p.add_argument("--port-file", metavar="F", help='write {"grpc_port", "http_port", "pid"} here once listening')
@@ -352,6 +359,12 @@ class _Daemon(Generic[C]):
                 print(f"{self.prog} already running, pid {other} ({args.pid_file})", file=sys.stderr)
                 return EXIT_FAILURE
         log_cfg = self.log_config(cfg)
+        rust_log = os.environ.get("RUST_LOG", "").strip()
+        if rust_log:  # Riffle's log filter wins over the config, as there
+            try:
+                log_cfg = log_cfg.model_copy(update={"level": level_from_rust_log(rust_log), "log_level": None})
+            except ValueError as e:
+                print(f"{self.prog}: warning: RUST_LOG ignored: {e}", file=sys.stderr)
         if args.daemon and not log_cfg.path:
             print(f"{self.prog}: warning: [log] path is not set, the daemon's log is discarded", file=sys.stderr)
         ready_fd = None
@@ -391,8 +404,10 @@ def run_daemon(
     log_config: Callable[[C], LogConfig],
     serve: Callable[[C, asyncio.Event, PortFileWriter], Awaitable[int]],
     description: str = "",
+    config_env: str | None = None,
 ) -> int:
-    """Parse ``argv`` (default ``sys.argv[1:]``) and run / stop / query the daemon; returns the exit code."""
+    """Parse ``argv`` (default ``sys.argv[1:]``) and run / stop / query the daemon; returns the exit code.
+    ``config_env``: the environment variable holding the config path when ``-c/--config`` is not given."""
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv and argv[0] in ("run", "stop", "status") else "run"
     if argv and argv[0] == command:
@@ -403,8 +418,12 @@ def run_daemon(
     if command == "status":
         a = _status_parser(prog).parse_args(argv)
         return cmd_status(a.pid_file, prog)
-    a = _run_parser(prog, description).parse_args(argv)
+    a = _run_parser(prog, description, config_env).parse_args(argv)
+    config = a.config or (os.environ.get(config_env, "").strip() if config_env else "")
+    if not config:
+        print(f"{prog}: no config file: pass -c/--config PATH or set {config_env}", file=sys.stderr)
+        return EXIT_CONFIG
     args = RunArgs(
-        config=a.config, daemon=a.daemon, pid_file=a.pid_file, port_file=a.port_file, start_timeout=a.start_timeout
+        config=config, daemon=a.daemon, pid_file=a.pid_file, port_file=a.port_file, start_timeout=a.start_timeout
     )
     return _Daemon(prog, load_config, log_config, serve).run(args)

@@ -2,7 +2,8 @@
 
 Library code only does ``from loguru import logger`` and ``logger.bind(app_id=...)``; the
 daemon entry point (``riffle_actors.daemon``) calls ``setup_logging`` once with the ``[log]``
-section. With ``path`` set the log goes to that file with loguru rotation/retention (and also
+section. With ``path`` set the log goes to that file (``<path>/riffle-server.log`` when it names a
+directory, as in Riffle) with loguru rotation/retention (and also
 to stderr unless ``to_stderr`` is False, which is what ``--daemon`` uses since a detached
 daemon's stderr is /dev/null); without it, to stderr only.
 
@@ -36,22 +37,56 @@ def setup_logging(cfg: LogConfig, *, to_stderr: bool = True) -> None:
     """Replace every loguru sink with the ones ``cfg`` asks for."""
     logger.remove()
     logger.configure(patcher=_add_context)  # type: ignore[arg-type]
-    level = cfg.level.upper()
-    if cfg.path:
-        parent = os.path.dirname(os.path.abspath(cfg.path))
+    level = cfg.effective_level  # Riffle's log_level when only that is set
+    path = cfg.file_path  # Riffle's [log] path is a directory: <path>/riffle-server.log
+    if path:
+        parent = os.path.dirname(os.path.abspath(path))
         os.makedirs(parent, exist_ok=True)
         logger.add(
-            cfg.path,
+            path,
             level=level,
             format=_FORMAT,
-            rotation=cfg.rotation,
-            retention=cfg.retention,
+            rotation=cfg.effective_rotation,
+            retention=cfg.effective_retention,
             enqueue=False,
             backtrace=False,
             diagnose=False,
         )
-    if to_stderr or not cfg.path:
+    if to_stderr or not path:
         logger.add(sys.stderr, level=level, format=_FORMAT, backtrace=False, diagnose=False)
+
+
+#: Riffle's (tracing/env_logger) level names -> loguru's; "off" logs errors that stop the daemon only
+_RUST_LEVELS = {"trace": "TRACE", "debug": "DEBUG", "info": "INFO", "warn": "WARNING", "warning": "WARNING",
+                "error": "ERROR", "off": "CRITICAL"}
+_VERBOSITY = ["TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+
+
+def level_from_rust_log(value: str) -> str:
+    """The loguru level for a ``RUST_LOG`` filter (Riffle's launch line: ``RUST_LOG=info``).
+
+    A filter is comma-separated directives, ``level``, ``target=level`` or a bare ``target`` (all
+    of its levels). There is one level here, so the most verbose one named wins:
+    ``warn,riffle_server=debug`` gives DEBUG. Raises ``ValueError`` for a level word we do not know.
+    """
+    levels = []
+    for directive in value.split(","):
+        directive = directive.strip()
+        if not directive:
+            continue
+        _target, sep, level = directive.rpartition("=")
+        word = (level if sep else directive).strip().lower()
+        if word in _RUST_LEVELS:
+            levels.append(_RUST_LEVELS[word])
+        elif sep:
+            raise ValueError(f"unknown level {level!r} in {value!r} (trace, debug, info, warn, error, off)")
+        elif directive.replace("::", "").replace("_", "").replace("-", "").isalnum():
+            levels.append("TRACE")  # a bare target: every level of it
+        else:
+            raise ValueError(f"cannot read {directive!r} in {value!r}")
+    if not levels:
+        raise ValueError(f"no level in {value!r}")
+    return min(levels, key=_VERBOSITY.index)
 
 
 class RateLimitedLog:

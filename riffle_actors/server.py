@@ -34,9 +34,16 @@ See also: ``riffle_actors.service`` and ``riffle_actors.admin`` (what the transp
 from __future__ import annotations
 
 import asyncio
+import errno
 import gc
+import ipaddress
+import os
+import shutil
+import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from loguru import logger
 
@@ -63,7 +70,7 @@ from riffle_actors.actors.meta_log import ShuffleMetaLog
 from riffle_actors.actors.spill import SpillBacklog, SpillDispatcherActor
 from riffle_actors.actors.storage_messages import RunProbeRound
 from riffle_actors.admin import AdminService, HealthRules, ServerIdentity
-from riffle_actors.config import ConfigError, ServerConfig, load_config
+from riffle_actors.config import ConfigError, ServerConfig, apply_riffle_keys, load_config, riffle_key_notes
 from riffle_actors.credentials import AdminCredentialError, AdminCredentials
 from riffle_actors.decommission import Lifecycle
 from riffle_actors.io.hdfs import HdfsIO
@@ -89,6 +96,7 @@ from riffle_actors.runtime import (
 from riffle_actors.service import ShuffleService
 from riffle_actors.state.budget import MemoryBudget
 from riffle_actors.state.disk_health import DiskHealthBoard, HealthPolicy
+from riffle_actors.state.service_health import DiskUsage, ServiceHealthChecks
 from riffle_actors.state.tickets import TicketBook
 from riffle_actors.state.tier_policy import HdfsHealth, TierRules
 from riffle_actors.transport.coordinator_client import GrpcCoordinatorLink
@@ -101,13 +109,132 @@ from riffle_actors.transport.urpc_server import UrpcServer
 ANNOUNCE_TIMEOUT_S = 2.0
 
 
+@dataclass(frozen=True, slots=True)
+class LaunchEnv:
+    """Riffle's launch environment (riffle-server's util.rs and rpc.rs upstream), checked at start.
+
+    ``WORKER_IP``: the address advertised to coordinators and clients (and in the server id), with
+    or without a coordinator quorum. ``GRPC_PARALLELISM`` / ``URPC_PARALLELISM``: Riffle's number of
+    gRPC / urpc server threads; here both servers run on the one event loop of the process, so
+    they are checked (a positive integer, as Riffle requires) and logged as having no effect.
+    """
+
+    worker_ip: str | None = None
+    grpc_parallelism: int | None = None
+    urpc_parallelism: int | None = None
+
+    @classmethod
+    def read(cls, environ: os._Environ[str] | dict[str, str] = os.environ) -> LaunchEnv:
+        """Raises ``ValueError`` with ``(variable, reason)`` pairs in ``args[0]`` for unusable values."""
+        problems: list[tuple[str, str]] = []
+        ip = environ.get("WORKER_IP", "").strip() or None
+        if ip is not None:
+            try:
+                ip = str(ipaddress.ip_address(ip))
+            except ValueError:
+                problems.append(("WORKER_IP (environment)", f"{ip!r} is not an IP address"))
+        counts: dict[str, int | None] = {}
+        for name in ("GRPC_PARALLELISM", "URPC_PARALLELISM"):
+            raw = environ.get(name, "").strip()
+            counts[name] = None
+            if raw:
+                if raw.isdigit() and int(raw) > 0:
+                    counts[name] = int(raw)
+                else:
+                    problems.append((f"{name} (environment)", f"{raw!r} is not a positive integer"))
+        if problems:
+            raise ValueError(problems)
+        return cls(worker_ip=ip, grpc_parallelism=counts["GRPC_PARALLELISM"],
+                   urpc_parallelism=counts["URPC_PARALLELISM"])
+
+    def notes(self) -> list[str]:
+        return [f"{name}={value}: no effect here (Riffle's {what} server threads; the {what} server runs on "
+                f"the process's event loop)"
+                for name, value, what in (("GRPC_PARALLELISM", self.grpc_parallelism, "gRPC"),
+                                          ("URPC_PARALLELISM", self.urpc_parallelism, "urpc"))
+                if value is not None]
+
+
+@dataclass(frozen=True, slots=True)
+class _RiffleHealthRules(HealthRules):
+    """``HealthRules`` plus Riffle's ``[health_service_config]`` checks (``ServiceHealthChecks``)."""
+
+    checks: ServiceHealthChecks | None = None
+    app_count: Callable[[], int] | None = None
+    memory_used: Callable[[], int] | None = None
+
+    def reasons(self, *, escalated: BaseException | None, disks: Sequence, above_high_watermark_since: float | None,
+                now: float, stuck_spills: Sequence = ()) -> tuple[str, ...]:
+        base = HealthRules.reasons(self, escalated=escalated, disks=disks,
+                                   above_high_watermark_since=above_high_watermark_since, now=now,
+                                   stuck_spills=stuck_spills)
+        if self.checks is None or self.app_count is None or self.memory_used is None:
+            return base
+        extra = self.checks.reasons(apps=self.app_count(), memory_used=self.memory_used(), rss=_rss_bytes(),
+                                    disks=[DiskUsage(d.name, d.capacity, d.used) for d in disks], now=now)
+        return base + tuple(extra)
+
+
+def _rss_bytes() -> int | None:
+    """Resident memory of this process (``/proc/self/statm``), or None where there is no /proc."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _port_or_free_one(address: str, port: int | None, key: str) -> int | None:
+    """``fallback_random_ports_enable``: ``port``, or 0 (any free port) when it is already in use."""
+    if not port:
+        return port
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((address, port))
+        except OSError as e:
+            if e.errno != errno.EADDRINUSE:
+                raise
+            logger.warning("{} {} is in use: taking a free port instead (fallback_random_ports_enable)", key, port)
+            return 0
+    return port
+
+
+def _purge_data_paths(paths: Sequence[str]) -> int:
+    """``launch_purge_enable``: delete everything under each data path (symlinks are removed, not
+    followed); returns the entries removed. A failure stops the start, as in Riffle."""
+    removed = 0
+    for root in paths:
+        if not os.path.isdir(root):
+            continue
+        for entry in os.scandir(root):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+            removed += 1
+    return removed
+
+
 class ShuffleServer:
     def __init__(self, cfg: ServerConfig, *, clock: Clock | None = None,
                  local_io_factory: Callable[[str, str], LocalIO] | None = None, probe_fn: ProbeFn = probe_disk,
-                 probe_fleet_factory: Callable[[], ProbeFleet] | None = None, hdfs_io: HdfsIO | None = None):
+                 probe_fleet_factory: Callable[[], ProbeFleet] | None = None, hdfs_io: HdfsIO | None = None,
+                 worker_ip: str | None = None):
         """``local_io_factory(disk name, root)``, ``probe_fn`` (a module-level function, it runs in the
-        probe worker processes) and ``probe_fleet_factory`` are seams for fault tests."""
+        probe worker processes) and ``probe_fleet_factory`` are seams for fault tests. ``worker_ip``:
+        the advertised address (``WORKER_IP``), also without a coordinator quorum."""
+        self.riffle_notes = riffle_key_notes(cfg, applied=apply_riffle_keys(cfg))
+        cfg = apply_riffle_keys(cfg)  # Riffle's names and thread pools onto our settings
         self.cfg = cfg
+        self.worker_ip = worker_ip
+        hc_cfg = cfg.health_service_config
+        self.service_health = ServiceHealthChecks(
+            alive_app_number_max_limit=hc_cfg.alive_app_number_max_limit,
+            disk_used_ratio_health_threshold=hc_cfg.disk_used_ratio_health_threshold,
+            memory_allocated_threshold=hc_cfg.memory_allocated_threshold,
+            hang_unchanged_s=hc_cfg.service_hang_of_mem_continuous_unchange_sec,
+            hang_min_apps=hc_cfg.service_hang_of_app_valid_number)
         self.clock = clock or SystemClock()
         self.metrics = Metrics()
         self.system = ActorSystem(clock=self.clock, on_escalation=self._on_escalation)
@@ -170,6 +297,12 @@ class ShuffleServer:
     async def start(self) -> None:
         cfg = self.cfg
         system = self.system
+        for level, note in self.riffle_notes:  # once per start: what each Riffle-only key does here
+            logger.log(level, note)
+        if cfg.localfile_store.launch_purge_enable:
+            removed = await asyncio.get_running_loop().run_in_executor(
+                None, _purge_data_paths, list(cfg.localfile_store.data_paths))
+            logger.info("launch_purge_enable: removed {} entries under the data paths", removed)
         self.metrics.loop_lag.start()
         await system.start()
         # every permanent actor gets the state that must outlive its crashes from here (see each one)
@@ -264,27 +397,34 @@ class ShuffleServer:
         self.lifecycle = Lifecycle(apps=self.directory, clock=self.clock,
                                    check_interval_s=cfg.decommission_check_interval_sec,
                                    request_stop=lambda: self.request_stop(), announce=self._heartbeat_now)
+        grpc_port, http_port, urpc_port = cfg.grpc_port, cfg.http_port, cfg.urpc_port
+        if cfg.fallback_random_ports_enable:
+            grpc_port = _port_or_free_one(cfg.grpc_bind_address, grpc_port, "grpc_port")
+            http_port = _port_or_free_one(cfg.http_bind_address, http_port, "http_port")
+            urpc_port = _port_or_free_one(cfg.urpc_bind_address, urpc_port, "urpc_port")
         self._grpc, self.grpc_port = await start_grpc_server(
-            ShuffleServerServicer(self.service, self.metrics), cfg.grpc_bind_address, cfg.grpc_port,
+            ShuffleServerServicer(self.service, self.metrics), cfg.grpc_bind_address, grpc_port,
             cfg.grpc_max_message_size, internal=ShuffleServerInternalServicer(self.lifecycle, credentials))
         self.admin = AdminService(
             clock=self.clock, metrics=self.metrics, system=system, budget=self.budget, directory=self.directory,
             memory=self.memory, spill=self.spill, app_manager=self.app_manager, disk_monitor=self.disk_monitor,
             disks=self.disks, disk_health=self.disk_health,
-            rules=HealthRules(min_available_disks=ls.min_number_of_available_disks,
-                              memory_stuck_s=cfg.health.memory_stuck_above_high_watermark_sec),
+            rules=_RiffleHealthRules(min_available_disks=ls.min_number_of_available_disks,
+                                     memory_stuck_s=cfg.health.memory_stuck_above_high_watermark_sec,
+                                     checks=self.service_health, app_count=lambda: len(self.directory),
+                                     memory_used=lambda: self.budget.used),
             escalated=lambda: self.escalated,
             hdfs_app_fallbacks=(self.hdfs_resources.app_fallbacks.__getitem__
                                 if self.hdfs_resources is not None else None))
-        if cfg.urpc_port is not None:
+        if urpc_port is not None:
             uc = cfg.urpc_config
             self._urpc = UrpcServer(self.service, self.metrics, max_frame_bytes=cfg.grpc_max_message_size,
                                     max_connections=uc.max_connections, max_inflight_bytes=uc.max_inflight_bytes,
                                     max_requests_per_connection=uc.max_requests_per_connection,
                                     index_v2=uc.get_index_rpc_version == "V2", sendfile=uc.sendfile_enable,
                                     sendfile_stall_s=uc.sendfile_stall_timeout_sec)
-            self.urpc_port = await self._urpc.start(cfg.urpc_bind_address, cfg.urpc_port)
-        self._http, self.http_port = await start_http_server(self.admin, cfg.http_bind_address, cfg.http_port,
+            self.urpc_port = await self._urpc.start(cfg.urpc_bind_address, urpc_port)
+        self._http, self.http_port = await start_http_server(self.admin, cfg.http_bind_address, http_port,
                                                              lifecycle=self.lifecycle, credentials=credentials)
         await self._start_heartbeat(self.admin)
         self._start_metrics_push(self.admin)
@@ -304,9 +444,13 @@ class ShuffleServer:
         self._pusher_task = asyncio.get_running_loop().create_task(pusher.run(), name="metrics-push")
 
     async def _start_heartbeat(self, admin: AdminService) -> None:
-        if self.cfg.coordinator_quorum:
+        if self.worker_ip:
+            self.ip = self.worker_ip
+        elif self.cfg.coordinator_quorum:
             self.ip = advertised_ip(self.cfg.grpc_bind_address)
         self.server_id = f"{self.ip}-{self.grpc_port}" + (f"-{self.urpc_port}" if self.urpc_port else "")
+        logger.info("server id {} (advertised ip {}{})", self.server_id, self.ip,
+                    ", from WORKER_IP" if self.worker_ip else "")
         if self.hdfs_resources is not None:
             self.hdfs_resources.server_id = self.server_id  # HDFS file names start with it (spec §5.5)
         admin.identity = ServerIdentity(ip=self.ip, grpc_port=self.grpc_port, http_port=self.http_port,
@@ -394,7 +538,13 @@ class ShuffleServer:
 
 async def serve(cfg: ServerConfig, stop_event: asyncio.Event, ports) -> int:
     tune_malloc()  # the daemon only: tests run many servers in one process and keep glibc's defaults
-    server = ShuffleServer(cfg)
+    launch = LaunchEnv.read()  # checked by _load_checked already
+    for note in launch.notes():
+        logger.info(note)
+    threads = cfg.runtime_config.default_thread_num
+    if threads is not None:  # Riffle's default runtime ~ the loop's default executor (the daemon only)
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(threads, thread_name_prefix="default"))
+    server = ShuffleServer(cfg, worker_ip=launch.worker_ip)
     server.request_stop = stop_event.set  # an operator's kill takes the SIGTERM path
     try:
         await server.start()
@@ -415,20 +565,28 @@ async def serve(cfg: ServerConfig, stop_event: asyncio.Event, ports) -> int:
 
 
 def _load_checked(path: str) -> ServerConfig:
-    """``load_config`` plus the ``[admin]`` credentials, so an unusable one stops the start (exit 2)."""
+    """``load_config`` plus the ``[admin]`` credentials and Riffle's launch variables (``LaunchEnv``),
+    so an unusable one stops the start (exit 2)."""
     cfg = load_config(path)
     try:
         AdminCredentials.resolve(cfg.admin)
     except AdminCredentialError as e:
         raise ConfigError(path, [("admin", str(e))]) from None
+    try:
+        LaunchEnv.read()
+    except ValueError as e:
+        raise ConfigError(path, e.args[0]) from None
     return cfg
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``riffle-server [run] -c/--config PATH ...`` (or ``WORKER_CONFIG_PATH=PATH riffle-server``, Riffle's
+    launch line); ``RUST_LOG``, ``WORKER_IP``, ``GRPC_PARALLELISM`` and ``URPC_PARALLELISM`` as in Riffle."""
     from riffle_actors.daemon import run_daemon
 
     return run_daemon(argv, prog="riffle-server", load_config=_load_checked, log_config=lambda cfg: cfg.log,
-                      serve=serve, description="Uniffle-compatible shuffle server (riffle_actors)")
+                      serve=serve, description="Uniffle-compatible shuffle server (riffle_actors)",
+                      config_env="WORKER_CONFIG_PATH")
 
 
 if __name__ == "__main__":
