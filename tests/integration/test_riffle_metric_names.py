@@ -136,16 +136,23 @@ async def test_a_live_server_serves_riffles_names(server_factory) -> None:
         in_memory = make_blocks(1, 1, 2, 1000)
         await client.send_blocks(APP, 0, in_memory)
         await client.report(APP, 0, 1, spilled + in_memory)
-        ids = await client.get_shuffle_result(APP, 0, [0, 1])
-        assert_read_matches(await client.read_partition(APP, 0, 0, ids), spilled)
-        assert_read_matches(await client.read_partition(APP, 0, 1, ids), in_memory)
 
         async with aiohttp.ClientSession() as http:
             async def scrape() -> dict:
                 async with http.get(f"http://127.0.0.1:{srv.http_port}/metrics") as r:
                     return _scrape(await r.text())
 
-            m = await poll_until(scrape)
+            async def spill_done() -> bool:  # so that partition 0 is read back from disk
+                m = await scrape()
+                return (sum(v for _lab, v in m.get("riffle_spill_total", [])) > 0
+                        and _one(m, "riffle_memory_in_flight_bytes") == 0
+                        and _one(m, "riffle_spill_pending_jobs") == _one(m, "riffle_spill_running_jobs") == 0)
+
+            await poll_until(spill_done, timeout=30)
+            ids = await client.get_shuffle_result(APP, 0, [0, 1])
+            assert_read_matches(await client.read_partition(APP, 0, 0, ids), spilled)
+            assert_read_matches(await client.read_partition(APP, 0, 1, ids), in_memory)
+            m = await scrape()
             for name in sorted(RIFFLE_DASHBOARD_METRICS - set(NOT_HERE)) + list(RIFFLE_METRIC_NAMES):
                 assert _served(m, name), f"{name} is not on /metrics"
 
