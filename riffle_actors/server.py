@@ -263,7 +263,8 @@ class ShuffleServer:
         credentials = AdminCredentials.resolve(cfg.admin)
         self.lifecycle = Lifecycle(apps=self.directory, clock=self.clock,
                                    check_interval_s=cfg.decommission_check_interval_sec,
-                                   request_stop=lambda: self.request_stop(), announce=self._heartbeat_now)
+                                   request_stop=lambda: self.request_stop(), announce=self._heartbeat_now,
+                                   tags=tuple(cfg.tags))
         self._grpc, self.grpc_port = await start_grpc_server(
             ShuffleServerServicer(self.service, self.metrics), cfg.grpc_bind_address, cfg.grpc_port,
             cfg.grpc_max_message_size, internal=ShuffleServerInternalServicer(self.lifecycle, credentials))
