@@ -258,7 +258,7 @@ def run_append(dir_: str, *, concurrency: int, batch_number: int, write_size: in
     _check_dir(dir_)
     if direct:
         _direct_ok(dir_)
-    bucket = TokenBucket(disk_throughput, max(write_size, disk_throughput)) if throttle and disk_throughput else None
+    bucket = TokenBucket(disk_throughput, write_size) if throttle and disk_throughput else None
     names = [f"{FILE_PREFIX}{i}" for i in range(concurrency)]
     progress = _progress(progress_file)
     try:
