@@ -313,6 +313,10 @@ def _coordinator_step(args: argparse.Namespace, coord: Coordinator, server: dict
     sid = server["id"]
     if args.action == "set" and args.status is not None:
         after = coord.set_status(sid, COORDINATOR_STATUS[args.status])
+        told = after.get("server_told")
+        if told is not None and not told["ok"]:  # the coordinator's change stands either way
+            print(f"{sid}: warning: changed at the coordinator only; the server itself was not told",
+                  file=sys.stderr)
         return f"{sid}: {server['status']} -> {after['status']}{_told(after)}"
     if args.action in ("set", "add", "remove"):
         if args.action == "set":
