@@ -83,8 +83,8 @@ def test_app_registry_counts(clock: ManualClock) -> None:
 
 @pytest.mark.parametrize("text", [
     '{"ip": "10.0.0.1", "http_port": 19998, "id": "s1"}\n{"ip": "10.0.0.2", "http_port": 19998}\n',
-    '[{"ip": "10.0.0.1", "http_port": 19998}, {"ip": "10.0.0.2", "http_port": "19998"}, '
-    '{"ip": "10.0.0.1", "http_port": 19998}]',
+    ('[{"ip": "10.0.0.1", "http_port": 19998}, {"ip": "10.0.0.2", "http_port": "19998"}, '
+    '{"ip": "10.0.0.1", "http_port": 19998}]'),
     "[\n{\"ip\": \"10.0.0.1\", \"http_port\": 19998},\n{\"ip\": \"10.0.0.2\", \"http_port\": 19998}\n]\n",
     "ip,http_port,status\n10.0.0.1,19998,UNHEALTHY\n10.0.0.2,19998,UNHEALTHY\n",
 ])
