@@ -206,7 +206,13 @@ def _request(base: str, method: str, path: str, body: Any, admin: bool, timeout_
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             answer = response.read(1 << 24)
-            return answer.decode(errors="replace").strip() if raw else json.loads(answer or b"null")
+            if raw:
+                return answer.decode(errors="replace").strip()
+            try:
+                return json.loads(answer or b"null")
+            except ValueError:
+                raise CtlError(f"{method} {base}{path}: the answer is not JSON: "
+                               f"{answer[:80].decode(errors='replace')!r}") from None
     except urllib.error.HTTPError as e:
         body_bytes = e.read(1 << 16)
         try:
