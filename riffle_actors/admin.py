@@ -34,6 +34,7 @@ from typing import Any
 
 from loguru import logger
 
+from riffle_actors.actors.app import AppInfo
 from riffle_actors.actors.app_manager import AppDirectory, GetHistory, ListApps
 from riffle_actors.actors.heartbeat import AppSnapshot, DiskSnapshot, HeartbeatSnapshot
 from riffle_actors.actors.memory import BudgetReport, GetBudget
@@ -115,6 +116,20 @@ def disk_report(h: DiskHealth, policy: HealthPolicy, *, override: str | None, mo
         last_probe_age_s=(round(now - h.last_probe_monotonic, 3)
                           if h.last_probe_monotonic is not None else None),
         spills_moved_away=sum(moved.values()))
+
+
+def riffle_app_fields(i: AppInfo, now_ms: int) -> dict[str, Any]:
+    """Riffle's ``/apps?format=Json`` fields of one app (``riffle-server/src/http/apps.rs``), so
+    Riffle's own ``riffle-ctl`` reads our listing: resident bytes are memory + disk + HDFS; this
+    server never splits partitions, so ``partition_split_triggered`` is always false."""
+    shuffles = i.shuffles.values()
+    return {"registry_timestamp": i.registered_epoch_ms,
+            "duration_minutes": float(max(0, now_ms - i.registered_epoch_ms) // 60_000),
+            "resident_bytes": i.memory_bytes + sum(sh.disk_bytes + sh.hdfs_bytes for sh in shuffles),
+            "partition_number": i.partition_count,
+            "huge_partition_number": sum(sh.huge_partitions for sh in shuffles),
+            "reported_block_id_number": sum(sh.reported_block_ids for sh in shuffles),
+            "partition_split_triggered": False}
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,7 +256,9 @@ class AdminService:
 
     # ------------------------------------------------------------- operator reads and actions
     async def apps(self) -> list[dict[str, Any]]:
+        """Every app: our fields plus Riffle's ``AppInfo`` fields (``riffle_app_fields``)."""
         infos = await self.app_manager.ask(ListApps())
+        now_ms = int(self.clock.time() * 1000)
         return [{"app_id": i.app_id, "user": i.user, "registered_epoch_ms": i.registered_epoch_ms,
                  "idle_s": round(i.idle_s, 3), "partition_count": i.partition_count,
                  "memory_bytes": i.memory_bytes, "in_flight_bytes": i.in_flight_bytes,
@@ -250,11 +267,17 @@ class AdminService:
                  **({"hdfs_fallbacks": self.hdfs_app_fallbacks(i.app_id)} if self.hdfs_app_fallbacks else {}),
                  "received_bytes": i.received_bytes,
                  "recovered": i.recovered, "lost_blocks": i.lost_blocks,
+                 **riffle_app_fields(i, now_ms),
                  "shuffles": {sid: {f: getattr(sh, f) for f in sh.__dataclass_fields__}
                               for sid, sh in i.shuffles.items()}} for i in infos]
 
+    def app_count(self) -> int:
+        """Riffle's ``/apps/number``."""
+        return len(self.directory)
+
     async def history(self) -> list[dict[str, Any]]:
-        return list(await self.app_manager.ask(GetHistory()))
+        """Purged apps, oldest first; ``end_timestamp`` (Riffle's ``/apps/history`` name) is the purge time."""
+        return [{**h, "end_timestamp": h.get("purged_epoch_ms")} for h in await self.app_manager.ask(GetHistory())]
 
     def actor_statistics(self) -> list[MailboxStatistics]:
         return self.system.statistics()

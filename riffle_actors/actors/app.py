@@ -245,6 +245,7 @@ class ShuffleInfo:
     huge_partitions: int
     lost_blocks: int = 0  # reported blocks lost by the last restart (only in memory when it died)
     hdfs_bytes: int = 0  # spilled to the HDFS tier (clients read it from HDFS)
+    reported_block_ids: int = 0  # block ids reported by the tasks (reportShuffleResult)
 
 
 @dataclass(frozen=True, slots=True)
@@ -646,6 +647,7 @@ class AppActor(Supervisor):
                 huge_partitions=sum(1 for f in figures if f.huge),
                 lost_blocks=sh.lost_blocks,
                 hdfs_bytes=sum(f.hdfs_bytes for f in figures),
+                reported_block_ids=sum(len(ids) for ids in sh.reported.values()),
             )
         return AppInfo(s.app_id, s.user, s.registered_epoch_ms, s.clock.monotonic() - s.last_seen_monotonic,
                        shuffles, s.partition_count(), staging + in_flight, in_flight, s.received_bytes(),

@@ -13,7 +13,7 @@ by the server id ``"<ip>-<grpcPort>[-<nettyPort>]"``) and the rules of spec §7.
   stops gracefully announces it with a DECOMMISSIONED heartbeat, which ends its assignments at once;
 - an operator override (HTTP ``POST /api/servers/{id}/status``) can force DECOMMISSIONING;
   it survives expiry so a restarted server stays drained; DECOMMISSIONED (``riffle-ctl instance
-  kill``) takes the server out of every assignment until an operator sets ACTIVE again;
+  kill --coordinator``) takes the server out of every assignment until an operator sets ACTIVE again;
 - operator tags (HTTP ``POST /api/servers/{id}/tags``) are added to the tags the server reports
   when matching ``requireTags``; they survive expiry too;
 - candidates for an assignment are ACTIVE, not in the exclude list, not in the request's
@@ -358,7 +358,7 @@ class ClusterRegistry:
         self._excluded = new
 
     def set_operator_status(self, server_id: str, status: ServerStatus) -> None:
-        """DECOMMISSIONING drains a server, DECOMMISSIONED takes it out (``riffle-ctl instance kill``);
+        """DECOMMISSIONING drains a server, DECOMMISSIONED takes it out (``riffle-ctl instance kill --coordinator``);
         ACTIVE removes the override (the server's own report counts)."""
         if status is ServerStatus.ACTIVE:
             self._overrides.pop(server_id, None)

@@ -1,16 +1,30 @@
-"""``riffle-ctl``: argument parsing and the commands (see ``docs/ctl.md``).
+"""``riffle-ctl``: argument parsing and the commands, in Riffle's shapes (see ``docs/ctl.md``).
 
-    riffle-ctl [--coordinator URL] query "SQL" [--format table|json|csv]
-    riffle-ctl [--coordinator URL] instance list [--format ...]
-    riffle-ctl [--coordinator URL] instance decommission|cancel-decommission [ID ...] [--pipeline]
-    riffle-ctl [--coordinator URL] instance kill [ID ...] [--pipeline] [--coordinator-only]
-    riffle-ctl [--coordinator URL] instance tag [ID ...] [--pipeline] [--add TAG ...] [--remove TAG ...]
-    riffle-ctl disk-bench PATH|hdfs://NN:PORT/DIR [--hdfs] [--size 256M] [--block-size 1M] [--no-direct] [--format ...]
-    riffle-ctl inspect INDEX [DATA] [--format ...]
-    riffle-ctl config init server|coordinator [--output FILE] [--force]
+    riffle-ctl query [--coordinator URL|NAME] --sql SQL [--json | --format table|json|csv]
+    riffle-ctl instance set    [--instance IP:HTTP_PORT] (--status STATE | --tags a1,a2) [--coordinator URL|NAME]
+    riffle-ctl instance add    [--instance IP:HTTP_PORT] --tag TAG [--coordinator URL|NAME]
+    riffle-ctl instance remove [--instance IP:HTTP_PORT] --tag TAG [--coordinator URL|NAME]
+    riffle-ctl instance kill   [--instance IP:HTTP_PORT] [--force] [--interval-secs N --timeout-secs N]
+                               [--coordinator URL|NAME]
+    riffle-ctl bench disk append --dir D --batch-number N --concurrency C --write-size S
+                                 [--disk-throughput T --throttle] [--direct]
+    riffle-ctl bench disk read --dir D --read-size S --batch-number N --concurrency C [--read-ahead]
+                               [--sleep-millis-per-batch MS] [--direct]
+    riffle-ctl bench disk profile --dir D [--min-block-size 4KB --max-block-size 64MB --min-concurrency 1
+                                  --max-concurrency 16 --test-duration-secs 10]
+    riffle-ctl bench hdfs append --file-path hdfs://NN:PORT/FILE --total-size S --batch-size S
+    riffle-ctl inspect file --index-file F [--data-file F]
+    riffle-ctl config init --file CLUSTERS.toml
+    riffle-ctl config template server|coordinator [--output FILE] [--force]
 
-Exit status: 0 done; 1 something failed (an id the coordinator refused, a corrupt block, an
-unreachable coordinator); 2 a bad command line or a bad SQL statement.
+``instance ...`` without ``--instance`` reads the instances from stdin, JSON lines with ``ip`` and
+``http_port`` (what ``query --json`` prints). Without ``--coordinator`` it talks to each server's
+HTTP ``/admin`` (Riffle); with it, the change is the coordinator's override of that server (found
+by ip and HTTP port): status ACTIVE / DECOMMISSIONING / DECOMMISSIONED and operator tags, which
+stand even when the server cannot be reached.
+
+Exit status: 0 done; 1 something failed (a refused or unreachable instance, a corrupt block, an
+unreachable coordinator); 2 a bad command line or a bad SQL statement; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -18,7 +32,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from riffle_actors.config import parse_byte_size
@@ -31,62 +46,118 @@ from riffle_actors.ctl.api import (
     ServerHttp,
     ServerUnreachable,
     coordinator_url,
+    init_clusters,
 )
 
-#: instance subcommand -> the status it sets (kill: DECOMMISSIONED, no new partitions until ACTIVE again)
-STATUS_OF = {"decommission": "DECOMMISSIONING", "cancel-decommission": "ACTIVE", "kill": "DECOMMISSIONED"}
+#: ``--status`` values: Riffle's ServerState names (``riffle-server/src/server_state_manager.rs``);
+#: ``-`` or ``_``, any case
+STATES = ("active", "decommissioning", "cancel-decommission", "decommissioned", "unhealthy", "healthy")
+#: ``--status`` with ``--coordinator``: the coordinator's override it sets
+COORDINATOR_STATUS = {"active": "ACTIVE", "healthy": "ACTIVE", "cancel-decommission": "ACTIVE",
+                      "decommissioning": "DECOMMISSIONING", "decommissioned": "DECOMMISSIONED"}
+
+
+def _state(value: str) -> str:
+    v = value.strip().lower().replace("_", "-")
+    if v not in STATES:
+        raise argparse.ArgumentTypeError(f"invalid status {value!r}; one of: {', '.join(STATES)}")
+    return v
+
+
+def _size(value: str) -> int:
+    try:
+        return parse_byte_size(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _coordinator_arg(p: argparse.ArgumentParser, help_: str) -> None:
+    p.add_argument("--coordinator", "-c", metavar="URL|NAME", help=help_)
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="riffle-ctl", description="Operate a riffle cluster.")
-    p.add_argument("--coordinator", metavar="URL",
-                   help=f"the coordinator's HTTP API, e.g. http://host:21001 (default: ${ENV_COORDINATOR}, "
-                        "else http://127.0.0.1:21001)")
+    p = argparse.ArgumentParser(prog="riffle-ctl", description="Riffle cluster ops, benchmarks and local data "
+                                                               "inspection (Riffle's riffle-ctl command shapes).")
     sub = p.add_subparsers(dest="command", required=True)
 
     q = sub.add_parser("query", help="SQL over the tables instances, active_apps, historical_apps")
-    q.add_argument("sql")
-    q.add_argument("--format", choices=output.FORMATS, default="table")
+    _coordinator_arg(q, f"coordinator HTTP URL, host:port or a cluster id of 'config init' "
+                        f"(default: ${ENV_COORDINATOR}, else http://127.0.0.1:21001)")
+    q.add_argument("--sql", "-s", required=True)
+    q.add_argument("--json", action="store_true", help="JSON lines, one row a line (the same as --format json)")
+    q.add_argument("--format", choices=output.FORMATS, default=None)
 
-    inst = sub.add_parser("instance", help="list or change shuffle servers").add_subparsers(
+    inst = sub.add_parser("instance", help="change riffle-server instances (one, or JSON lines on stdin)")
+    inst.add_argument("--instance", "-i", dest="instance_before", metavar="IP:HTTP_PORT",
+                      help="the target, before or after the verb (as Riffle's)")
+    inst_sub = inst.add_subparsers(dest="action", required=True)
+    for action, what in (("set", "set the status or replace the tags"), ("add", "add a tag"),
+                         ("remove", "remove a tag"), ("kill", "stop the server process")):
+        a = inst_sub.add_parser(action, help=what)
+        a.add_argument("--instance", "-i", metavar="IP:HTTP_PORT",
+                       help="the target; omit it to read JSON lines with ip and http_port from stdin")
+        _coordinator_arg(a, "change the coordinator's override of the instance instead of telling the server "
+                            "(kill: stop the server, then mark it DECOMMISSIONED there)")
+        if action == "set":
+            g = a.add_mutually_exclusive_group(required=True)
+            g.add_argument("--status", type=_state, metavar="STATE", help=", ".join(STATES))
+            g.add_argument("--tags", metavar="a1,a2", help="replace the tags (built-in ones always stay)")
+        elif action in ("add", "remove"):
+            a.add_argument("--tag", required=True)
+        else:
+            a.add_argument("--force", "-f", action="store_true",
+                           help="stop even while apps are registered (without it a server with apps refuses)")
+            a.add_argument("--interval-secs", type=float, default=0.0,
+                           help="then poll the state every N seconds until the server is DECOMMISSIONED or gone")
+            a.add_argument("--timeout-secs", type=float, default=0.0, help="how long to poll (0: no polling)")
+
+    b = sub.add_parser("bench", help="IO benchmarks and profilers").add_subparsers(dest="target", required=True)
+    disk = b.add_parser("disk", help="local disk IO benchmarks").add_subparsers(dest="kind", required=True)
+    ap = disk.add_parser("append", help="concurrent appends, optionally throttled")
+    ap.add_argument("--dir", "-d", required=True)
+    ap.add_argument("--batch-number", "-b", type=int, required=True)
+    ap.add_argument("--concurrency", "-c", type=int, required=True)
+    ap.add_argument("--write-size", "-w", type=_size, required=True)
+    ap.add_argument("--disk-throughput", type=_size, default=None, help="the --throttle limit, bytes per second")
+    ap.add_argument("--throttle", "-t", action="store_true")
+    rd = disk.add_parser("read", help="concurrent reads of freshly written files")
+    rd.add_argument("--dir", "-d", required=True)
+    rd.add_argument("--read-size", "-r", type=_size, required=True)
+    rd.add_argument("--batch-number", "-b", type=int, required=True)
+    rd.add_argument("--concurrency", "-c", type=int, required=True)
+    rd.add_argument("--read-ahead", action="store_true")
+    rd.add_argument("--sleep-millis-per-batch", type=int, default=0)
+    pf = disk.add_parser("profile", help="throughput across block sizes and concurrency")
+    pf.add_argument("--dir", "-d", required=True)
+    pf.add_argument("--min-block-size", type=_size, default=_size("4KB"))
+    pf.add_argument("--max-block-size", type=_size, default=_size("64MB"))
+    pf.add_argument("--min-concurrency", type=int, default=1)
+    pf.add_argument("--max-concurrency", type=int, default=16)
+    pf.add_argument("--test-duration-secs", type=float, default=10.0)
+    for cmd in (ap, rd):
+        cmd.add_argument("--direct", action="store_true", help="O_DIRECT (sizes: multiples of 4096)")
+    hdfs = b.add_parser("hdfs", help="HDFS IO benchmarks").add_subparsers(dest="kind", required=True)
+    ha = hdfs.add_parser("append", help="appends as the HDFS tier writes, then a read")
+    ha.add_argument("--file-path", "-f", required=True, help="hdfs:// or viewfs:// URL of a new file")
+    ha.add_argument("--total-size", "-t", type=_size, required=True)
+    ha.add_argument("--batch-size", "-b", type=_size, required=True)
+    for cmd in (ap, rd, pf, ha):
+        cmd.add_argument("--format", choices=output.FORMATS, default="table")
+
+    i = sub.add_parser("inspect", help="inspect local shuffle data").add_subparsers(dest="kind", required=True)
+    f = i.add_parser("file", help="decode an index file; with the data file, check every block's CRC")
+    f.add_argument("--index-file", "-i", required=True)
+    f.add_argument("--data-file", "-d")
+    f.add_argument("--format", choices=output.FORMATS, default="table")
+
+    c = sub.add_parser("config", help="riffle-ctl's clusters, and starter configs").add_subparsers(
         dest="action", required=True)
-    ls = inst.add_parser("list", help="every registered server")
-    ls.add_argument("--format", choices=output.FORMATS, default="table")
-    for action, what in (("decommission", "drain: no new partitions (DECOMMISSIONING)"),
-                         ("cancel-decommission", "back to ACTIVE (clears decommission and kill)"),
-                         ("kill", "stop the server process now (graceful, as SIGTERM) and mark it DECOMMISSIONED"),
-                         ("tag", "add or remove operator tags")):
-        a = inst.add_parser(action, help=what)
-        a.add_argument("ids", nargs="*", metavar="ID", help="server ids (ip-grpcPort[-nettyPort])")
-        a.add_argument("--pipeline", action="store_true",
-                       help="read the ids from stdin: the JSON or CSV that 'query' printed (its id column)")
-        if action == "kill":
-            a.add_argument("--coordinator-only", action="store_true",
-                           help="only mark DECOMMISSIONED at the coordinator; leave the process running")
-        if action == "tag":
-            a.add_argument("--add", action="append", default=[], metavar="TAG")
-            a.add_argument("--remove", action="append", default=[], metavar="TAG")
-
-    b = sub.add_parser("disk-bench", help="buffered and O_DIRECT write/read throughput of a directory, "
-                                          "or append/read throughput of an HDFS directory")
-    b.add_argument("path", help="a local directory, or an hdfs:// or viewfs:// URL of a directory")
-    b.add_argument("--hdfs", action="store_true",
-                   help="PATH is on HDFS (a bare path: the default file system of the Hadoop config)")
-    b.add_argument("--size", default="256M", help="bytes per pass (default 256M)")
-    b.add_argument("--block-size", default="1M", help="bytes per call, a multiple of 4096 (default 1M)")
-    b.add_argument("--no-direct", action="store_true", help="skip the O_DIRECT passes")
-    b.add_argument("--format", choices=output.FORMATS, default="table")
-
-    i = sub.add_parser("inspect", help="decode an index file; with the data file, check every block's CRC")
-    i.add_argument("index")
-    i.add_argument("data", nargs="?")
-    i.add_argument("--format", choices=output.FORMATS, default="table")
-
-    c = sub.add_parser("config", help="configuration files").add_subparsers(dest="action", required=True)
-    init = c.add_parser("init", help="write a commented starter config")
-    init.add_argument("kind", choices=sorted(templates.TEMPLATES))
-    init.add_argument("--output", "-o", metavar="FILE", help="file to write (default: stdout)")
-    init.add_argument("--force", action="store_true", help="overwrite an existing FILE")
+    init = c.add_parser("init", help="set up the named clusters (cluster id -> coordinator URL) of --coordinator")
+    init.add_argument("--file", "-f", required=True, help="TOML: [[clusters]] cluster_id, coordinator_url")
+    tpl = c.add_parser("template", help="write a commented starter config of a daemon")
+    tpl.add_argument("kind", choices=sorted(templates.TEMPLATES))
+    tpl.add_argument("--output", "-o", metavar="FILE", help="file to write (default: stdout)")
+    tpl.add_argument("--force", action="store_true", help="overwrite an existing FILE")
     return p
 
 
@@ -97,8 +168,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_query(args)
         if args.command == "instance":
             return cmd_instance(args)
-        if args.command == "disk-bench":
-            return cmd_disk_bench(args)
+        if args.command == "bench":
+            return cmd_bench(args)
         if args.command == "inspect":
             return cmd_inspect(args)
         return cmd_config(args)
@@ -112,123 +183,207 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-def _coordinator(args: argparse.Namespace) -> Coordinator:
-    return Coordinator(coordinator_url(args.coordinator))
-
-
 def _fetcher(coord: Coordinator):
     sources = {"instances": coord.servers, "active_apps": coord.apps, "historical_apps": coord.historical_apps}
     return lambda table: sources[table]()
 
 
 def cmd_query(args: argparse.Namespace) -> int:
+    fmt = args.format or ("json" if args.json else "table")
+    if args.json and fmt != "json":
+        raise CtlError(f"--json and --format {fmt} disagree", code=2)
     try:
-        names, rows = tables.run_query(args.sql, _fetcher(_coordinator(args)))
+        names, rows = tables.run_query(args.sql, _fetcher(Coordinator(coordinator_url(args.coordinator))))
     except tables.QueryError as e:
         raise CtlError(f"bad query: {e}", code=2) from None
-    output.render(names, rows, args.format)
+    output.render(names, rows, fmt)
     return 0
 
 
+# ------------------------------------------------------------------------------------------ instance
+
+def _targets(args: argparse.Namespace) -> list[dict[str, Any]]:
+    args.instance = args.instance or args.instance_before
+    if args.instance:
+        ip, sep, port = args.instance.rpartition(":")
+        if not sep or not ip or not port.isdigit() or not 0 < int(port) < 65536:
+            raise CtlError(f"--instance {args.instance!r}: expected IP:HTTP_PORT, e.g. 192.168.1.1:19998", code=2)
+        return [{"ip": ip.strip("[]"), "http_port": int(port), "id": None}]
+    if sys.stdin is None or sys.stdin.isatty():
+        raise CtlError("no instance given: pass --instance IP:HTTP_PORT or pipe JSON lines (query ... --json)",
+                       code=2)
+    try:
+        return output.read_targets(sys.stdin.read(1 << 24))
+    except ValueError as e:
+        raise CtlError(f"stdin: {e}", code=2) from None
+
+
+def _name(t: dict[str, Any]) -> str:
+    return f"{t['ip']}:{t['http_port']}"
+
+
 def cmd_instance(args: argparse.Namespace) -> int:
-    coord = _coordinator(args)
-    if args.action == "list":
-        names, rows = tables.run_query("select id, status, ip, grpc_port, netty_port, http_port, tags, app_count, "
-                                       "used_memory, available_memory, disk_count, unhealthy_disks, "
-                                       "heartbeat_age_s from instances order by id", _fetcher(coord))
-        output.render(names, rows, args.format)
+    targets = _targets(args)
+    if not targets:
+        print("riffle-ctl: stdin holds no instance; nothing changed", file=sys.stderr)
         return 0
-    ids = list(args.ids)
-    if args.pipeline:
+    if args.action == "set" and args.tags is not None and not [t for t in args.tags.split(",") if t.strip()]:
+        raise CtlError("--tags must not be empty", code=2)
+    coord = Coordinator(coordinator_url(args.coordinator)) if args.coordinator else None
+    if coord is not None and args.action == "set" and args.status == "unhealthy":
+        raise CtlError("the coordinator has no UNHEALTHY override: drop --coordinator to tell the server itself, "
+                       "or use --status decommissioning", code=2)
+    if args.action == "kill" and args.interval_secs > 0 and args.timeout_secs > 0 and len(targets) > 1:
+        raise CtlError("--interval-secs/--timeout-secs wait for one instance (--instance), not a pipeline", code=2)
+    step: Callable[[dict[str, Any]], str]
+    if coord is not None:
+        by_addr = {(s.get("ip"), s.get("http_port")): s for s in coord.servers()}
+
+        def step(t: dict[str, Any]) -> str:
+            server = by_addr.get((t["ip"], t["http_port"]))
+            if server is None and t.get("id"):
+                server = next((s for s in by_addr.values() if s["id"] == t["id"]), None)
+            if server is None:
+                raise CtlError(f"the coordinator at {coord.url} lists no server with HTTP port {_name(t)}")
+            return _coordinator_step(args, coord, server)
+    else:
+        def step(t: dict[str, Any]) -> str:
+            return f"{_name(t)}: {_server_step(args, ServerHttp(t['ip'], t['http_port']))}"
+
+    failed: list[str] = []
+    for t in targets:
         try:
-            ids += output.read_ids(sys.stdin.read())
-        except ValueError as e:
-            raise CtlError(f"--pipeline: {e}", code=2) from None
-    if not ids:
-        raise CtlError("no server id given (pass ids, or --pipeline with query output on stdin)"
-                       if not args.pipeline else "--pipeline: stdin holds no server; nothing changed", code=0
-                       if args.pipeline else 2)
-    if args.action == "tag" and not (args.add or args.remove):
-        raise CtlError("instance tag needs --add TAG or --remove TAG", code=2)
-    failed = 0
-    for sid in dict.fromkeys(ids):
-        try:
-            before = coord.server(sid)
-            if args.action == "tag":
-                after = coord.set_tags(sid, args.add, args.remove)
-                print(f"{sid}: tags {','.join(before['tags']) or '-'} -> {','.join(after['tags']) or '-'}")
-            elif args.action == "kill":
-                failed += _kill(coord, sid, before, coordinator_only=args.coordinator_only)
-            else:
-                after = coord.set_status(sid, STATUS_OF[args.action])
-                told = after.get("server_told")
-                note = ""
-                if told is not None:
-                    note = f" (server: {told['message']})" if told["ok"] else f" (server not told: {told['message']})"
-                print(f"{sid}: {before['status']} -> {after['status']}{note}")
-                # the coordinator's change stands either way (no new partitions); a server that was not
-                # told just does not stop by itself
-                if told is not None and not told["ok"]:
-                    print(f"{sid}: warning: changed at the coordinator only; the server itself was not told",
-                          file=sys.stderr)
+            print(step(t), flush=True)
         except CtlError as e:
-            if "cannot reach" in str(e):
+            if coord is not None and "cannot reach the coordinator" in str(e):
                 raise
-            failed += 1
-            print(f"{sid}: not changed: {e}", file=sys.stderr)
-    if failed:
-        print(f"{failed} of {len(set(ids))} server(s) not changed", file=sys.stderr)
+            failed.append(_name(t))
+            print(f"{_name(t)}: not changed: {e}", file=sys.stderr, flush=True)
+    if len(targets) > 1 or failed:
+        print(f"Total: {len(targets)}. Success: {len(targets) - len(failed)}. Failed: {len(failed)}",
+              file=sys.stderr)
+        if failed:
+            print(f"Failed list: {failed}", file=sys.stderr)
     return 1 if failed else 0
 
 
-def _kill(coord: Coordinator, sid: str, before: dict[str, Any], *, coordinator_only: bool) -> int:
-    """Stop one server through its HTTP ``/admin/kill``, then mark it DECOMMISSIONED at the coordinator.
+def _server_step(args: argparse.Namespace, server: ServerHttp) -> str:
+    """One instance through its own ``/admin`` (Riffle's query form)."""
+    from urllib.parse import quote
 
-    Returns 1 when the server refused or could not be reached (an unreachable server is still marked
-    at the coordinator: it may already be gone), 0 when done."""
-    note, failed = "", 0
-    if not coordinator_only:
-        if not before.get("http_port"):
-            raise CtlError("the coordinator knows no HTTP port of this server; use --coordinator-only")
-        server = ServerHttp(before["ip"], int(before["http_port"]))
-        try:
-            answer = server.admin("kill")
-            note = f" (server {server.url}: {answer.get('message')})"
-        except ServerUnreachable as e:
-            note, failed = f" (server not stopped: {e})", 1
-        except HttpError as e:  # refused (401/403): the server keeps running, nothing is marked
-            raise CtlError(f"server {server.url} refused the kill: {e}") from None
-    after = coord.set_status(sid, STATUS_OF["kill"])
-    print(f"{sid}: {before['status']} -> {after['status']}{note}")
-    if failed:
-        print(f"{sid}: marked DECOMMISSIONED at the coordinator only{note}", file=sys.stderr)
-    return failed
-
-
-def cmd_disk_bench(args: argparse.Namespace) -> int:
-    try:
-        size, block = parse_byte_size(args.size), parse_byte_size(args.block_size)
-        if args.hdfs or bench.is_hdfs_url(args.path):
-            results = bench.run_hdfs_bench(args.path, size=size, block_size=block, progress_file=sys.stderr)
+    before = server.state()
+    if args.action == "set" and args.status is not None:
+        server.riffle("update_state=" + args.status.upper().replace("-", "_"))
+        return f"{before.get('state')} -> {server.state().get('state')}"
+    if args.action in ("set", "add", "remove"):
+        if args.action == "set":
+            query = "update_tags=" + quote(",".join(t.strip() for t in args.tags.split(",") if t.strip()), safe=",")
         else:
-            results = bench.run_bench(args.path, size=size, block_size=block, direct=not args.no_direct,
-                                      progress_file=sys.stderr)
+            query = ("add_tag=" if args.action == "add" else "delete_tag=") + quote(args.tag, safe="")
+        server.riffle(query)
+        return f"tags {','.join(before.get('tags') or []) or '-'} -> {','.join(server.state().get('tags') or []) or '-'}"
+    return _kill(args, server, before)
+
+
+def _kill(args: argparse.Namespace, server: ServerHttp, before: dict[str, Any]) -> str:
+    try:
+        answer = server.riffle("kill=force" if args.force else "kill")
+    except HttpError as e:
+        if e.status == 409:
+            raise CtlError(f"{e} (pass --force to stop it with its apps)") from None
+        raise
+    if answer != "OK":
+        raise CtlError(f"the server answered {answer[:200]!r}, not OK")
+    note = f"{before.get('state')} -> stopping ({before.get('apps', 0)} app(s))"
+    if args.interval_secs > 0 and args.timeout_secs > 0:
+        deadline = time.monotonic() + args.timeout_secs
+        while time.monotonic() < deadline:
+            try:
+                state = server.state().get("state")
+            except ServerUnreachable:
+                return note + "; the server is gone"
+            if state == "DECOMMISSIONED":
+                return note + "; DECOMMISSIONED"
+            time.sleep(args.interval_secs)
+        raise CtlError(f"{note}; still answering after {args.timeout_secs:g}s")
+    return note
+
+
+def _coordinator_step(args: argparse.Namespace, coord: Coordinator, server: dict[str, Any]) -> str:
+    sid = server["id"]
+    if args.action == "set" and args.status is not None:
+        after = coord.set_status(sid, COORDINATOR_STATUS[args.status])
+        told = after.get("server_told")
+        if told is not None and not told["ok"]:  # the coordinator's change stands either way
+            print(f"{sid}: warning: changed at the coordinator only; the server itself was not told",
+                  file=sys.stderr)
+        return f"{sid}: {server['status']} -> {after['status']}{_told(after)}"
+    if args.action in ("set", "add", "remove"):
+        if args.action == "set":
+            want = {t.strip() for t in args.tags.split(",") if t.strip()}
+            have = set(server.get("operator_tags") or ())
+            add, remove = sorted(want - have), sorted(have - want)
+        else:
+            add, remove = ([args.tag], []) if args.action == "add" else ([], [args.tag])
+        after = coord.set_tags(sid, add, remove)
+        return f"{sid}: tags {','.join(server['tags']) or '-'} -> {','.join(after['tags']) or '-'}"
+    # kill: stop the process through its /admin, then take it out at the coordinator
+    http = ServerHttp(server["ip"], int(server["http_port"]))
+    note = ""
+    try:
+        note = f" (server {http.url}: {_kill(args, http, http.state())})"
+    except ServerUnreachable as e:
+        note = f" (server not stopped: {e})"
+    after = coord.set_status(sid, "DECOMMISSIONED")
+    return f"{sid}: {server['status']} -> {after['status']}{note}"
+
+
+def _told(after: dict[str, Any]) -> str:
+    told = after.get("server_told")
+    if told is None:
+        return ""
+    return f" (server: {told['message']})" if told["ok"] else f" (server not told: {told['message']})"
+
+
+# ------------------------------------------------------------------------------------------ bench
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    try:
+        if args.target == "hdfs":
+            results = bench.run_hdfs_bench(args.file_path, size=args.total_size, block_size=args.batch_size,
+                                           progress_file=sys.stderr)
+        elif args.kind == "append":
+            results = bench.run_append(args.dir, concurrency=args.concurrency, batch_number=args.batch_number,
+                                       write_size=args.write_size, disk_throughput=args.disk_throughput,
+                                       throttle=args.throttle, direct=args.direct, progress_file=sys.stderr)
+        elif args.kind == "read":
+            results = bench.run_read(args.dir, concurrency=args.concurrency, batch_number=args.batch_number,
+                                     read_size=args.read_size, read_ahead=args.read_ahead,
+                                     sleep_millis_per_batch=args.sleep_millis_per_batch, direct=args.direct,
+                                     progress_file=sys.stderr)
+        else:
+            results = bench.run_profile(args.dir, min_block_size=args.min_block_size,
+                                        max_block_size=args.max_block_size, min_concurrency=args.min_concurrency,
+                                        max_concurrency=args.max_concurrency,
+                                        test_duration_s=args.test_duration_secs, progress_file=sys.stderr)
     except (ValueError, OSError) as e:
-        raise CtlError(f"disk-bench: {e}", code=2 if isinstance(e, ValueError) else 1) from None
+        raise CtlError(f"bench {args.target} {args.kind}: {e}", code=2 if isinstance(e, ValueError) else 1) from None
     rows = [r.as_row() for r in results]
-    names = ["mode", "mb_per_s", "p50_ms", "p95_ms", "p99_ms", "max_ms", "blocks", "bytes", "seconds", "skipped"]
+    names = list(dict.fromkeys(k for row in rows for k in row))
     output.render(names, [[row.get(n) for n in names] for row in rows], args.format)
     return 0
 
 
+# ------------------------------------------------------------------------------------------ inspect, config
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     try:
-        report = inspect_file.inspect(args.index, args.data)
+        report = inspect_file.inspect(args.index_file, args.data_file)
     except OSError as e:
         raise CtlError(f"inspect: {e.filename or ''}: {e.strerror or e}") from None
     names = ["record", "offset", "length", "uncompress_length", "crc", "block_id", "task_attempt_id"]
     rows: list[list[Any]] = [[i, *e] for i, e in enumerate(report.entries)]
-    if args.data is not None:
+    if args.data_file is not None:
         names.append("check")
         for i, row in enumerate(rows):
             row.append(report.bad_blocks.get(i, "ok"))
@@ -239,13 +394,18 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     for i, why in sorted(report.bad_blocks.items()):
         e = report.entries[i]
         print(f"corrupt: record {i} (blockId {e.block_id}, offset {e.offset}, length {e.length}): {why}", file=out)
-    checked = "" if args.data is None else f", {len(report.entries) - len(report.bad_blocks)} blocks ok, " \
+    checked = "" if args.data_file is None else f", {len(report.entries) - len(report.bad_blocks)} blocks ok, " \
         f"{len(report.bad_blocks)} corrupt"
     print(f"{len(report.entries)} records{checked}", file=out)
     return 0 if report.ok else 1
 
 
 def cmd_config(args: argparse.Namespace) -> int:
+    if args.action == "init":
+        meta, clusters = init_clusters(args.file)
+        print(f"{len(clusters)} cluster(s) from {os.path.abspath(args.file)} (recorded in {meta}): "
+              f"{', '.join(f'{k} -> {v}' for k, v in sorted(clusters.items())) or '-'}")
+        return 0
     text = templates.TEMPLATES[args.kind]
     if args.output is None:
         sys.stdout.write(text)

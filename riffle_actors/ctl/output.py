@@ -1,8 +1,9 @@
-"""How ``riffle-ctl`` prints rows (``--format table|json|csv``) and reads them back (``--pipeline``).
+"""How ``riffle-ctl`` prints rows (``--format table|json|csv``, ``--json``) and reads them back.
 
-``json`` is one JSON array of objects, ``csv`` has a header line; both are what ``instance ...
---pipeline`` reads on stdin (JSON lines, one object a line, are read too), taking the ``id``
-column (``server_id`` also works). ``table`` is for people (rich), never parsed.
+``json`` is JSON lines, one object a line (Riffle's ``query --json``); ``csv`` has a header line.
+Both are what ``instance set|add|remove|kill`` reads on stdin when ``--instance`` is absent
+(``read_targets``: each record needs ``ip`` and ``http_port``; a JSON array is read too).
+``table`` is for people (rich), never parsed.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ FORMATS = ("table", "json", "csv")
 def render(names: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str, out: TextIO | None = None) -> None:
     out = out or sys.stdout
     if fmt == "json":
-        out.write(json.dumps([dict(zip(names, row)) for row in rows], default=str) + "\n")
+        for row in rows:
+            out.write(json.dumps(dict(zip(names, row)), default=str) + "\n")
     elif fmt == "csv":
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(names)
@@ -38,30 +40,44 @@ def render(names: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str, out: T
         out.write(f"({len(rows)} row{'s' if len(rows) != 1 else ''})\n")
 
 
-def read_ids(text: str) -> list[str]:
-    """Server ids from what ``query`` printed (JSON array, JSON lines or CSV); raises ``ValueError``."""
+#: at most this many instances from stdin (a pipeline that names more is refused, not cut)
+MAX_TARGETS = 10_000
+
+
+def _records(text: str) -> list[Any]:
     stripped = text.strip()
     if not stripped:
         return []
-    records: list[Any]
     if stripped[0] in "[{":
         try:
             parsed = json.loads(stripped)
-            records = parsed if isinstance(parsed, list) else [parsed]
+            return parsed if isinstance(parsed, list) else [parsed]
         except json.JSONDecodeError:
+            lines = [ln.strip().rstrip(",") for ln in stripped.splitlines()]
             try:
-                records = [json.loads(line) for line in stripped.splitlines() if line.strip()]
+                return [json.loads(ln) for ln in lines if ln and ln not in ("[", "]")]
             except json.JSONDecodeError as e:
-                raise ValueError(f"stdin is neither JSON nor JSON lines: {e}") from None
-    else:
-        records = list(csv.DictReader(io.StringIO(stripped)))
-    ids = []
+                raise ValueError(f"stdin is neither JSON lines nor JSON: {e}") from None
+    return list(csv.DictReader(io.StringIO(stripped)))
+
+
+def read_targets(text: str) -> list[dict[str, Any]]:
+    """The instances of a pipeline (what ``query --json`` printed): dicts with ``ip``, ``http_port``
+    (an int) and ``id`` when the line had one; duplicates dropped. Raises ``ValueError``."""
+    out: dict[tuple[str, int], dict[str, Any]] = {}
+    records = _records(text)
+    if len(records) > MAX_TARGETS:
+        raise ValueError(f"{len(records)} instances on stdin, at most {MAX_TARGETS}")
     for i, record in enumerate(records):
         if not isinstance(record, dict):
-            raise ValueError(f"record {i} on stdin is not an object with an id")  # noqa: TRY004 - bad input
-        value = record.get("id", record.get("server_id"))
-        if value in (None, ""):
-            raise ValueError(f"record {i} on stdin has no 'id' column (select id from instances ...); "
-                             f"its columns: {sorted(record)}")
-        ids.append(str(value))
-    return list(dict.fromkeys(ids))
+            raise ValueError(f"line {i + 1} on stdin is not an object with ip and http_port")  # noqa: TRY004
+        ip, port = record.get("ip"), record.get("http_port")
+        try:
+            port = int(port)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            port = None
+        if not ip or port is None or not 0 < port < 65536:
+            raise ValueError(f"line {i + 1} on stdin needs ip and http_port (select ip, http_port ... from "
+                             f"instances); its columns: {sorted(record)}")
+        out[(str(ip), port)] = {"ip": str(ip), "http_port": port, "id": record.get("id")}
+    return list(out.values())

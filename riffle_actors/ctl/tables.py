@@ -65,6 +65,10 @@ INSTANCE_COLUMNS: dict[str, tuple[str, Getter]] = {
     "start_time_ms": ("BIGINT", _key("start_time_ms")),
     "version": ("VARCHAR", _key("version")),
     "git_commit_id": ("VARCHAR", _key("git_commit_id")),
+    # Riffle's names (riffle-ctl/src/actions/query.rs TableInstance), so its queries run as written
+    "urpc_port": ("INTEGER", _key("netty_port")),
+    "total_memory": ("BIGINT", lambda row: (row.get("used_memory") or 0) + (row.get("available_memory") or 0)),
+    "running_apps": ("INTEGER", _key("app_count")),
 }
 
 APP_COLUMNS: dict[str, tuple[str, Getter]] = {
@@ -78,6 +82,9 @@ APP_COLUMNS: dict[str, tuple[str, Getter]] = {
     "partitions": ("BIGINT", _key("partitions")),
     "servers": ("VARCHAR", _joined("servers")),
     "server_count": ("INTEGER", lambda row: len(row.get("servers") or ())),
+    # Riffle's names of the same figures
+    "registry_timestamp": ("BIGINT", _key("registered_ms")),
+    "partition_number": ("BIGINT", _key("partitions")),
 }
 
 HISTORICAL_COLUMNS: dict[str, tuple[str, Getter]] = {**APP_COLUMNS, "expired_ms": ("BIGINT", _key("expired_ms"))}

@@ -1,4 +1,4 @@
-"""``riffle-ctl config init server|coordinator``: commented starter configs the daemons accept.
+"""``riffle-ctl config template server|coordinator``: commented starter configs the daemons accept.
 
 Each template sets the keys an operator must decide and explains the most common others in
 comments; ``config/*.example.toml`` lists every key. ``tests/ctl`` loads both templates with the
@@ -8,7 +8,7 @@ daemons' own loaders and starts real daemons with them.
 from __future__ import annotations
 
 SERVER = '''\
-# riffle-server starter config (riffle-ctl config init server).
+# riffle-server starter config (riffle-ctl config template server).
 # Every option, with its default: config/server.example.toml. Unknown keys are refused at start.
 
 # Where executors reach this server. 0.0.0.0 = every interface.
@@ -52,7 +52,7 @@ level = "INFO"
 '''
 
 COORDINATOR = '''\
-# riffle-coordinator starter config (riffle-ctl config init coordinator).
+# riffle-coordinator starter config (riffle-ctl config template coordinator).
 # Every option, with its default: config/coordinator.example.toml. Unknown keys are refused at start.
 
 grpc_port = 21000              # servers and Spark drivers (spark.rss.coordinator.quorum)

@@ -1,5 +1,6 @@
-"""riffle-ctl's file commands against real daemons: ``inspect`` on the files a real server wrote,
-``config init`` templates that real daemons start with, and ``disk-bench`` on a data directory."""
+"""riffle-ctl's file commands against real daemons: ``inspect file`` on the files a real server wrote,
+``config template`` starter configs that real daemons start with, and ``bench disk`` on a data
+directory."""
 
 from __future__ import annotations
 
@@ -41,9 +42,10 @@ def test_inspect_checks_every_block_of_a_real_servers_files(small_cluster: RealC
     records = decode_index(index.read_bytes())
     assert len(records) == 4
 
-    clean = small_cluster.ctl("inspect", str(index), str(data), "--format", "json")
+    clean = small_cluster.ctl("inspect", "file", "--index-file", str(index), "--data-file", str(data),
+                              "--format", "json")
     assert clean.returncode == 0, clean.stderr
-    rows = json.loads(clean.stdout)
+    rows = [json.loads(line) for line in clean.stdout.splitlines()]
     assert [r["block_id"] for r in sorted(rows, key=lambda r: r["offset"])] == sorted(r.block_id for r in records)
     assert {r["check"] for r in rows} == {"ok"} and {r["task_attempt_id"] for r in rows} == {7}
     assert "4 records, 4 blocks ok, 0 corrupt" in clean.stderr
@@ -54,7 +56,7 @@ def test_inspect_checks_every_block_of_a_real_servers_files(small_cluster: RealC
     raw = bytearray(data.read_bytes())
     raw[third.offset + 10] ^= 0xFF
     data.write_bytes(bytes(raw))
-    bad = small_cluster.ctl("inspect", str(index), str(data))
+    bad = small_cluster.ctl("inspect", "file", "--index-file", str(index), "--data-file", str(data))
     assert bad.returncode == 1
     assert (f"corrupt: record {third_record} (blockId {third.block_id}, offset {third.offset}, "
             f"length {third.length}): CRC mismatch") in bad.stdout
@@ -62,12 +64,13 @@ def test_inspect_checks_every_block_of_a_real_servers_files(small_cluster: RealC
 
     # a truncated data file: the last block lies outside it
     data.write_bytes(bytes(raw[:-5]))
-    short = small_cluster.ctl("inspect", str(index), str(data), "--format", "csv")
+    short = small_cluster.ctl("inspect", "file", "--index-file", str(index), "--data-file", str(data),
+                              "--format", "csv")
     assert short.returncode == 1 and "lie outside the data file" in short.stderr
 
     # without the data file: the records only
-    only = small_cluster.ctl("inspect", str(index), "--format", "json")
-    assert only.returncode == 0 and len(json.loads(only.stdout)) == 4
+    only = small_cluster.ctl("inspect", "file", "--index-file", str(index), "--format", "json")
+    assert only.returncode == 0 and len(only.stdout.splitlines()) == 4
 
 
 def _loopback(text: str, **ports: int) -> str:
@@ -78,19 +81,19 @@ def _loopback(text: str, **ports: int) -> str:
     return text
 
 
-def test_config_init_writes_configs_the_daemons_start_with(small_cluster: RealCluster, tmp_path: Path) -> None:
+def test_config_template_writes_configs_the_daemons_start_with(small_cluster: RealCluster, tmp_path: Path) -> None:
     out = tmp_path / "gen"
     out.mkdir()
     for kind in ("server", "coordinator"):
-        r = small_cluster.ctl("config", "init", kind, "--output", str(out / f"{kind}.toml"))
+        r = small_cluster.ctl("config", "template", kind, "--output", str(out / f"{kind}.toml"))
         assert r.returncode == 0, r.stderr
-        again = small_cluster.ctl("config", "init", kind, "--output", str(out / f"{kind}.toml"))
+        again = small_cluster.ctl("config", "template", kind, "--output", str(out / f"{kind}.toml"))
         assert again.returncode == 2 and "--force" in again.stderr
     server_text, coord_text = (out / "server.toml").read_text(), (out / "coordinator.toml").read_text()
     assert all(sum("#" in line for line in t.splitlines()) > 15 for t in (server_text, coord_text))  # commented
     load_config(out / "server.toml")  # the daemons' own loaders accept the files as written
     load_coordinator_config(out / "coordinator.toml")
-    stdout = small_cluster.ctl("config", "init", "server")
+    stdout = small_cluster.ctl("config", "template", "server")
     assert stdout.stdout == server_text
 
     # real daemons run from them (ports, addresses and the data path moved to the test's)
@@ -114,19 +117,32 @@ def test_disk_bench_on_a_data_directory(small_cluster: RealCluster, tmp_path: Pa
     small_cluster.wait_registered(1)
     data_dir = tmp_path / "bench-data"
     assert data_dir.is_dir()
-    r = small_cluster.ctl("disk-bench", str(data_dir), "--size", "8M", "--block-size", "256K", "--format", "json")
-    assert r.returncode == 0, r.stderr
-    rows = {row["mode"]: row for row in json.loads(r.stdout)}
-    assert list(rows) == ["buffered write", "buffered read", "O_DIRECT write", "O_DIRECT read"]
-    for mode in ("buffered write", "buffered read"):
-        assert rows[mode]["bytes"] == 8 << 20 and rows[mode]["blocks"] == 32 and rows[mode]["mb_per_s"] > 0
-        assert 0 <= rows[mode]["p50_ms"] <= rows[mode]["p95_ms"] <= rows[mode]["p99_ms"] <= rows[mode]["max_ms"]
-    for mode in ("O_DIRECT write", "O_DIRECT read"):  # figures, or the reason the file system refused
-        assert rows[mode]["skipped"] or rows[mode]["mb_per_s"] > 0
-    assert "buffered write" in r.stderr  # the progress bar
-    assert list(data_dir.glob(".riffle-disk-bench-*")) == []  # scratch file removed
+    before = sorted(data_dir.iterdir())
+
+    def bench(*args: str) -> list[dict]:
+        r = small_cluster.ctl("bench", "disk", *args, "--dir", str(data_dir), "--format", "json")
+        assert r.returncode == 0, r.stderr
+        assert sorted(data_dir.iterdir()) == before  # the bench files are removed
+        return [json.loads(line) for line in r.stdout.splitlines()]
+
+    [append] = bench("append", "--batch-number", "8", "--concurrency", "4", "--write-size", "256K")
+    assert append["bytes"] == 8 << 20 and append["blocks"] == 32 and append["mb_per_s"] > 0
+    assert 0 <= append["p50_ms"] <= append["p95_ms"] <= append["p99_ms"] <= append["max_ms"]
+    setup, read = bench("read", "--read-size", "256K", "--batch-number", "8", "--concurrency", "4")
+    assert setup["mode"] == "append (setup)" and read["mode"] == "read"
+    assert read["bytes"] == 8 << 20 and read["blocks"] == 32 and read["mb_per_s"] > 0
+    direct = small_cluster.ctl("bench", "disk", "append", "--dir", str(data_dir), "--batch-number", "4",
+                               "--concurrency", "2", "--write-size", "256K", "--direct", "--format", "json")
+    # figures, or the reason the file system refuses O_DIRECT (tmpfs)
+    assert direct.returncode == 0 and json.loads(direct.stdout)["mb_per_s"] > 0 or \
+        direct.returncode == 1 and "refuses O_DIRECT" in direct.stderr, direct
     assert server.proc.poll() is None and http_json(small_cluster.url + "/api/servers")[0]["status"] == "ACTIVE"
-    bad = small_cluster.ctl("disk-bench", str(data_dir), "--block-size", "1000")
+    bad = small_cluster.ctl("bench", "disk", "append", "--dir", str(data_dir), "--batch-number", "1",
+                            "--concurrency", "1", "--write-size", "1000", "--direct")
     assert bad.returncode == 2 and "multiple of 4096" in bad.stderr
-    missing = small_cluster.ctl("disk-bench", str(tmp_path / "nope"))
+    missing = small_cluster.ctl("bench", "disk", "read", "--dir", str(tmp_path / "nope"), "--read-size", "4K",
+                                "--batch-number", "1", "--concurrency", "1")
     assert missing.returncode == 1 and "is not a directory" in missing.stderr
+    too_many = small_cluster.ctl("bench", "disk", "append", "--dir", str(data_dir), "--batch-number", "1",
+                                 "--concurrency", "5000", "--write-size", "4K")
+    assert too_many.returncode == 2 and "--concurrency must be 1..1024" in too_many.stderr

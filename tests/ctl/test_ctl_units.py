@@ -82,21 +82,95 @@ def test_app_registry_counts(clock: ManualClock) -> None:
 
 
 @pytest.mark.parametrize("text", [
-    '[{"id": "s1"}, {"id": "s2"}, {"id": "s1"}]',
-    '{"id": "s1"}\n{"id": "s2"}\n',
-    "id,status\ns1,UNHEALTHY\ns2,UNHEALTHY\n",
-    '[{"server_id": "s1"}, {"server_id": "s2"}]',
+    '{"ip": "10.0.0.1", "http_port": 19998, "id": "s1"}\n{"ip": "10.0.0.2", "http_port": 19998}\n',
+    ('[{"ip": "10.0.0.1", "http_port": 19998}, {"ip": "10.0.0.2", "http_port": "19998"}, '
+    '{"ip": "10.0.0.1", "http_port": 19998}]'),
+    "[\n{\"ip\": \"10.0.0.1\", \"http_port\": 19998},\n{\"ip\": \"10.0.0.2\", \"http_port\": 19998}\n]\n",
+    "ip,http_port,status\n10.0.0.1,19998,UNHEALTHY\n10.0.0.2,19998,UNHEALTHY\n",
 ])
 def test_pipeline_input_formats(text: str) -> None:
-    assert output.read_ids(text) == ["s1", "s2"]
+    targets = output.read_targets(text)
+    assert [(t["ip"], t["http_port"]) for t in targets] == [("10.0.0.1", 19998), ("10.0.0.2", 19998)]
 
 
-def test_pipeline_input_without_ids() -> None:
-    assert output.read_ids("") == [] and output.read_ids("[]") == []
-    with pytest.raises(ValueError, match="no 'id' column.*'status'"):
-        output.read_ids('[{"status": "ACTIVE"}]')
-    with pytest.raises(ValueError, match="neither JSON nor JSON lines"):
-        output.read_ids("{nope")
+def test_pipeline_input_without_targets() -> None:
+    assert output.read_targets("") == [] and output.read_targets("[]") == []
+    with pytest.raises(ValueError, match="needs ip and http_port.*'status'"):
+        output.read_targets('{"status": "ACTIVE"}')
+    with pytest.raises(ValueError, match="needs ip and http_port"):
+        output.read_targets('{"ip": "10.0.0.1", "http_port": 0}')
+    with pytest.raises(ValueError, match="neither JSON lines nor JSON"):
+        output.read_targets("{nope")
+
+
+def test_json_output_is_json_lines() -> None:
+    import io as io_
+
+    out = io_.StringIO()
+    output.render(["ip", "http_port"], [("10.0.0.1", 1), ("10.0.0.2", 2)], "json", out)
+    assert out.getvalue() == '{"ip": "10.0.0.1", "http_port": 1}\n{"ip": "10.0.0.2", "http_port": 2}\n'
+
+
+def test_token_bucket_paces_to_its_rate() -> None:
+    from riffle_actors.ctl.bench import TokenBucket
+
+    now = [0.0]
+    bucket = TokenBucket(100.0, 50, clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
+    for _ in range(5):
+        bucket.take(50)
+    assert now[0] == pytest.approx(2.0)  # 50 at once (the burst), then 200 more at 100 per second
+    with pytest.raises(ValueError, match="disk-throughput"):
+        TokenBucket(0, 1)
+
+
+def test_service_tags_keep_the_builtin_ones() -> None:
+    from riffle_actors.decommission import ServiceTags, TagError
+
+    tags = ServiceTags(["ssd", "GRPC"])
+    assert tags.current == ("ssd",)  # built-in tags are the heartbeat's, not held here
+    tags.update(["a1", "a2", "ss_v5"])
+    tags.add("a3")
+    tags.delete("a1")
+    assert tags.current == ("a2", "a3")
+    for builtin in ("GRPC", "ss_v4", "ss_v5", "GRPC_NETTY"):
+        with pytest.raises(TagError, match="built-in tag"):
+            tags.delete(builtin)
+    with pytest.raises(TagError, match="has no tag 'nope'"):
+        tags.delete("nope")
+    with pytest.raises(TagError, match="printable"):
+        tags.add("x" * 200)
+    with pytest.raises(TagError, match="too many tags"):
+        tags.update([f"t{i}" for i in range(65)])
+    assert tags.current == ("a2", "a3")
+
+
+async def test_lifecycle_update_state_in_riffles_names(clock: ManualClock) -> None:
+    from riffle_actors.decommission import Lifecycle
+
+    announced: list[str] = []
+
+    async def announce() -> None:
+        announced.append(life.riffle_state)
+
+    life = Lifecycle(apps={"app-1": object()}, clock=clock, check_interval_s=5.0, request_stop=lambda: None,
+                     announce=announce, tags=("rack1",))
+    snap = HeartbeatSnapshot(ip="10.0.0.1", grpc_port=1)
+    assert life.heartbeat_status(snap).tags == ("rack1",) and life.riffle_state == "ACTIVE"
+    assert (await life.update_state("unhealthy")).message == "ACTIVE -> UNHEALTHY"
+    sent = life.heartbeat_status(snap)
+    assert (sent.status, sent.is_healthy, announced) == ("UNHEALTHY", False, ["UNHEALTHY"])
+    assert (await life.update_state("unhealthy")).ok and announced == ["UNHEALTHY"]  # no change, no round
+    assert (await life.update_state("HEALTHY")).message == "UNHEALTHY -> ACTIVE"
+    assert life.heartbeat_status(snap).status == "ACTIVE" and life.heartbeat_status(snap).is_healthy
+    await life.update_state("decommissioning")
+    assert life.riffle_state == "DECOMMISSIONING"
+    await life.update_state("active")  # Riffle's single state: ACTIVE ends the decommission too
+    assert life.riffle_state == "ACTIVE" and life.state.value == "ACTIVE"
+    with pytest.raises(ValueError, match="one of: ACTIVE, DECOMMISSIONING, CANCEL_DECOMMISSION"):
+        await life.update_state("sleepy")
+    refused = await life.kill(force=False)
+    assert not refused.ok and "still 1 app(s)" in refused.message and life.state.value == "ACTIVE"
+    assert (await life.kill(force=True)).ok and life.riffle_state == "DECOMMISSIONED"
 
 
 def test_query_errors_name_the_table_or_column() -> None:

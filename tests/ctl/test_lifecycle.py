@@ -1,10 +1,10 @@
 """A server's own lifecycle driven by an operator, against real processes: kill and decommission.
 
-- ``riffle-ctl instance kill`` stops the process through the server's HTTP ``/admin/kill`` (the
-  SIGTERM path: exit code 0, the stop announced to the coordinator, which lists the server
-  DECOMMISSIONED at once); refused with 403 by a server without ``[admin]`` credentials and with
-  401 for wrong ones, and the server keeps running.
-- ``riffle-ctl instance decommission`` (the coordinator tells the server over
+- ``riffle-ctl instance kill --force --coordinator URL`` stops the process through the server's HTTP
+  ``/admin?kill=force`` (the SIGTERM path: exit code 0, the stop announced to the coordinator, which
+  lists the server DECOMMISSIONED at once); refused with 403 by a server without ``[admin]``
+  credentials and with 401 for wrong ones, and the server keeps running.
+- ``riffle-ctl instance set --status decommissioning --coordinator URL`` (the coordinator tells the server over
   ``ShuffleServerInternal``): the server reports DECOMMISSIONING, gets no new assignments, keeps
   serving its app, and exits 0 once that app is unregistered; a cancellation before that keeps it
   running and ACTIVE.
@@ -46,6 +46,11 @@ def cluster(tmp_path) -> Iterator[RealCluster]:
 
 def sid(server: Daemon) -> str:
     return f"127.0.0.1-{server.ports['grpc_port']}"
+
+
+def at(cluster: RealCluster, server: Daemon) -> tuple[str, ...]:
+    """``--instance IP:HTTP_PORT --coordinator URL``: the coordinator's override of that server."""
+    return ("--instance", f"127.0.0.1:{server.ports['http_port']}", "--coordinator", cluster.url)
 
 
 def listed(cluster: RealCluster, server: Daemon) -> dict:
@@ -129,17 +134,18 @@ def test_kill_stops_the_server_and_needs_its_credentials(cluster: RealCluster) -
     assert internal(open_server, "decommission", ADMIN_TOKEN).status == pb.ACCESS_DENIED
 
     # through riffle-ctl: refused by the server, nothing marked, both keep running
-    no_creds = cluster.ctl("instance", "kill", sid(open_server))
+    no_creds = cluster.ctl("instance", "kill", "--force", *at(cluster, open_server))
     assert no_creds.returncode == 1 and "HTTP 403" in no_creds.stderr, no_creds.stderr
-    wrong = cluster.ctl("instance", "kill", sid(victim), token=False, RIFFLE_ADMIN_TOKEN="w" * 20)
+    wrong = cluster.ctl("instance", "kill", "--force", *at(cluster, victim), token=False,
+                        RIFFLE_ADMIN_TOKEN="w" * 20)
     assert wrong.returncode == 1 and "HTTP 401" in wrong.stderr
     assert open_server.proc.poll() is None and victim.proc.poll() is None
     assert listed(cluster, victim)["status"] == "ACTIVE" and listed(cluster, open_server)["status"] == "ACTIVE"
 
-    killed = cluster.ctl("instance", "kill", sid(victim))
+    killed = cluster.ctl("instance", "kill", "--force", *at(cluster, victim))
     assert killed.returncode == 0, killed.stderr
-    assert killed.stdout.startswith(f"{sid(victim)}: ACTIVE -> DECOMMISSIONED (server http://127.0.0.1:")
-    assert "stopping gracefully" in killed.stdout
+    assert killed.stdout.strip() == (f"{sid(victim)}: ACTIVE -> DECOMMISSIONED (server http://127.0.0.1:"
+                                     f"{victim.ports['http_port']}: ACTIVE -> stopping (0 app(s)))")
     assert listed(cluster, victim)["status"] == "DECOMMISSIONED"  # right away
     assert wait_exit(victim) == 0
     # the server announced its own stop before exiting (not only the coordinator's override)
@@ -156,13 +162,13 @@ def test_decommission_serves_the_app_then_exits(cluster: RealCluster) -> None:
     app = "application_1764547200000_0042"
     send_blocks(port, app, [b"x" * 1000])
 
-    done = cluster.ctl("instance", "decommission", sid(leaving))
+    done = cluster.ctl("instance", "set", "--status", "decommissioning", *at(cluster, leaving))
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == (f"{sid(leaving)}: ACTIVE -> DECOMMISSIONING (server: decommissioning; "
                                    "the server stops once its 1 app(s) are gone)")
     wait_reported(cluster, leaving, "DECOMMISSIONING")  # the server's own heartbeat says so
-    assert http_json(f"http://127.0.0.1:{leaving.ports['http_port']}/admin") == {"status": "DECOMMISSIONING",
-                                                                                 "apps": 1}
+    state = http_json(f"http://127.0.0.1:{leaving.ports['http_port']}/admin")
+    assert (state["status"], state["apps"], state["state"]) == ("DECOMMISSIONING", 1, "DECOMMISSIONING")
     # no new partitions for it ...
     assert assigned_servers(cluster, "application_1764547200000_0043") == {sid(staying)}
     # ... while its app is still served (write and read), and it keeps running
@@ -190,7 +196,7 @@ def test_cancel_keeps_the_server_active(cluster: RealCluster) -> None:
     assert told["code"] == 0 and told["data"][sid(server)]["ok"] is True, told
     wait_reported(cluster, server, "DECOMMISSIONING")
 
-    cancel = cluster.ctl("instance", "cancel-decommission", sid(server))
+    cancel = cluster.ctl("instance", "set", "--status", "cancel-decommission", *at(cluster, server))
     assert cancel.returncode == 0, cancel.stderr
     assert cancel.stdout.strip() == f"{sid(server)}: DECOMMISSIONING -> ACTIVE (server: decommission cancelled; ACTIVE)"
     wait_reported(cluster, server, "ACTIVE")
@@ -203,7 +209,7 @@ def test_cancel_keeps_the_server_active(cluster: RealCluster) -> None:
              what="two more heartbeats")
     assert server.proc.poll() is None
     assert listed(cluster, server)["status"] == "ACTIVE"
-    nothing = cluster.ctl("instance", "cancel-decommission", sid(server))
+    nothing = cluster.ctl("instance", "set", "--status", "cancel-decommission", *at(cluster, server))
     assert nothing.returncode == 0 and "nothing to cancel: the server is ACTIVE" in nothing.stdout
 
 
@@ -215,7 +221,7 @@ def test_by_default_the_coordinator_keeps_its_credentials_and_only_drains(tmp_pa
         c.start_coordinator(tell_servers=False)
         server = c.start_server("drained", extra=FAST, admin_token=ADMIN_TOKEN)
         c.wait_registered(1)
-        done = c.ctl("instance", "decommission", sid(server))
+        done = c.ctl("instance", "set", "--status", "decommissioning", *at(c, server))
         assert done.returncode == 0, done.stderr
         assert "tell_servers_on_decommission is off" in done.stdout and "was not told" in done.stderr
         assert listed(c, server)["status"] == "DECOMMISSIONING"
