@@ -396,17 +396,13 @@ class ShuffleServer:
         credentials = AdminCredentials.resolve(cfg.admin)
         self.lifecycle = Lifecycle(apps=self.directory, clock=self.clock,
                                    check_interval_s=cfg.decommission_check_interval_sec,
-<<<<<<< HEAD
-                                   request_stop=lambda: self.request_stop(), announce=self._heartbeat_now)
+                                   request_stop=lambda: self.request_stop(), announce=self._heartbeat_now,
+                                   tags=tuple(cfg.tags))
         grpc_port, http_port, urpc_port = cfg.grpc_port, cfg.http_port, cfg.urpc_port
         if cfg.fallback_random_ports_enable:
             grpc_port = _port_or_free_one(cfg.grpc_bind_address, grpc_port, "grpc_port")
             http_port = _port_or_free_one(cfg.http_bind_address, http_port, "http_port")
             urpc_port = _port_or_free_one(cfg.urpc_bind_address, urpc_port, "urpc_port")
-=======
-                                   request_stop=lambda: self.request_stop(), announce=self._heartbeat_now,
-                                   tags=tuple(cfg.tags))
->>>>>>> i18ctl
         self._grpc, self.grpc_port = await start_grpc_server(
             ShuffleServerServicer(self.service, self.metrics), cfg.grpc_bind_address, grpc_port,
             cfg.grpc_max_message_size, internal=ShuffleServerInternalServicer(self.lifecycle, credentials))
