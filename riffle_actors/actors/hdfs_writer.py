@@ -207,10 +207,14 @@ class _AppFiles:
         with self.lock:
             self.dirs[(remote, path)] = None
 
-    def take(self, prefix: str | None) -> tuple[list, list, list]:
-        """Forget and return (files, dirs, recovered partition dirs) under ``prefix`` (None: all)."""
+    def take(self, app_id: str, shuffle_id: int | None) -> tuple[list, list, list]:
+        """Forget and return (files, dirs, recovered partition dirs) of the app, or of one of its
+        shuffles: those under ``<base>/<appId>/<shuffleId>`` of whichever base they are on."""
         def under(key: tuple[RemoteStorage, str]) -> bool:
-            return prefix is None or key[1] == prefix or key[1].startswith(prefix + "/")
+            if shuffle_id is None:
+                return True
+            prefix = shuffle_dir(key[0].base, app_id, shuffle_id)
+            return key[1] == prefix or key[1].startswith(prefix + "/")
         with self.lock:
             out = []
             for table in (self.files, self.dirs, self.recovered):
@@ -461,17 +465,7 @@ class HdfsWriterActor(Actor):
             made = res.made.get(msg.app_id)
         if made is None:
             return 0
-        if msg.shuffle_id is None:
-            files, dirs, recovered = made.take(None)
-        else:
-            # the shuffle's directory under each base the app used (it may have moved between bases)
-            bases = {k[0] for k in (*made.files, *made.dirs, *made.recovered)}
-            files, dirs, recovered = [], [], []
-            for remote in bases:
-                f, d, r = made.take(shuffle_dir(remote.base, msg.app_id, msg.shuffle_id))
-                files += [k for k in f if k[0] == remote]
-                dirs += [k for k in d if k[0] == remote]
-                recovered += [k for k in r if k[0] == remote]
+        files, dirs, recovered = made.take(msg.app_id, msg.shuffle_id)
         gone = {path for _, path in files}
         for path in [p for p in res.recoveries if p in gone]:
             del res.recoveries[path]
