@@ -31,6 +31,8 @@ from pydantic import (
     model_validator,
 )
 
+from riffle_actors.protocol.hdfs_layout import normalize_remote_path
+
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(?:i?b)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
 
@@ -486,11 +488,29 @@ class KerberosSecurityConfig(StrictModel):
     principal: str = Field(description="principal, e.g. riffle/host@REALM")
 
 
+class RemoteStorageBase(StrictModel):
+    """``[[hdfs_store.remote_storage]]``: one remote storage base clients may name, and its Hadoop conf."""
+
+    path: str = Field(description="hdfs://<namenode or nameservice>[:port]/<dir> (or a bare /<dir> on the "
+                                  "default file system); compared normalized (scheme case, repeated and "
+                                  "trailing slashes); '..', '%', user info and the like are refused")
+    conf: dict[str, str] = Field(default_factory=dict,
+                                 description="Hadoop conf items the server uses for this base (the client's "
+                                             "remoteStorageConf items are ignored)")
+
+    @field_validator("path")
+    @classmethod
+    def _normalize(cls, value: str) -> str:
+        return normalize_remote_path(value)
+
+
 class HdfsStoreConfig(StrictModel):
     """``[hdfs_store]``: the HDFS tier's writers (store_type MEMORY_LOCALFILE_HDFS or MEMORY_HDFS).
 
-    Where the files go is not configured here: each app's client sends its remote storage path
-    (and Hadoop conf items) in registerShuffle, from the coordinator's ``[remote_storage]``.
+    Each app's client sends its remote storage path in registerShuffle (from the coordinator's
+    ``[remote_storage]``); the server writes there only if the path is one of ``remote_storage``
+    (the operator's allow-list), with the operator's Hadoop conf for it, and refuses the
+    registration otherwise (INVALID_REQUEST).
     """
 
     max_concurrency: int = Field(50, ge=1, le=1024, description="HDFS writes in flight over the server "
@@ -504,6 +524,20 @@ class HdfsStoreConfig(StrictModel):
         30.0, ge=0, description="after a failed HDFS write, spills skip HDFS this long (they go to local disk)")
     replication: int | None = Field(None, ge=1, le=32, description="replication of new HDFS files; "
                                                                    "unset = the NameNode's default")
+    remote_storage: list[RemoteStorageBase] = Field(
+        default_factory=list,
+        description="the remote storage bases (path + Hadoop conf) clients may name in registerShuffle; any "
+                    "other path is refused with INVALID_REQUEST and never connected to; empty = none (every "
+                    "registration with a remote storage is refused); set the same path as the coordinator's "
+                    "remote_storage.path",
+        json_schema_extra={"example": [{"path": "hdfs://namenode:8020/rss", "conf": {}}]})
+
+    @model_validator(mode="after")
+    def _check_bases(self) -> HdfsStoreConfig:
+        paths = [b.path for b in self.remote_storage]
+        if len(set(paths)) != len(paths):
+            raise FieldProblem("remote_storage", "lists the same path twice (compared normalized)")
+        return self
 
     # Riffle's keys (docs/riffle-compat.md)
     kerberos_security_config: KerberosSecurityConfig | None = Field(

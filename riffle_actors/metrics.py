@@ -376,6 +376,9 @@ class Metrics:
             "memory when the server died); per app in /apps", registry=r)
         self.recovery_removed = Counter("riffle_recovery_removed_paths", "directories the restart recovery "
                                         "removed (no usable metadata)", registry=r)
+        self.recovery_remote_storage_refused = Counter(
+            "riffle_recovery_remote_storage_refused", "recovered apps whose remote storage is no longer in "
+            "hdfs_store.remote_storage (their HDFS files are not touched)", registry=r)
         self.spill_tier_choices = Counter(
             "riffle_spill_tier_choices", "tier chosen per spill attempt and why (store_type with HDFS): reason "
             "huge_partition, cold_threshold, no_healthy_disk, memory_hdfs, localfile, no_remote_storage; "
@@ -396,7 +399,9 @@ class Metrics:
         self.spill_batch_bytes.observe(data_bytes)
         self.spill_seconds.labels(disk).observe(seconds)
 
-    def on_recovered(self, *, seconds: float, apps: int, partitions: int, lost_blocks: int, removed: int) -> None:
+    def on_recovered(self, *, seconds: float, apps: int, partitions: int, lost_blocks: int, removed: int,
+                     remote_storage_refused: int = 0) -> None:
+        self.recovery_remote_storage_refused.inc(remote_storage_refused)
         self.recovery_seconds.set(seconds)
         self.recovery_apps.set(apps)
         self.recovery_partitions.set(partitions)

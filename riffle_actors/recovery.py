@@ -35,7 +35,7 @@ from riffle_actors.actors.app import RestoreApp
 from riffle_actors.actors.app_manager import GetOrCreateApp, check_app_id
 from riffle_actors.actors.disk import DiskResources
 from riffle_actors.actors.hdfs_writer import RegisterRemoteStorage
-from riffle_actors.errors import RiffleError
+from riffle_actors.errors import InvalidRequestError, RiffleError
 from riffle_actors.io.meta_store import DiskScan, remove_tree, scan_root
 from riffle_actors.runtime import ActorRef
 from riffle_actors.state.recovery import RecoveryPlan, plan_recovery
@@ -52,12 +52,15 @@ class RecoveryReport:
     removed: list[tuple[str, str]] = field(default_factory=list)
     repaired: int = 0
     seconds: float = 0.0
+    # (app, path): apps whose recorded remote storage is no longer in hdfs_store.remote_storage
+    remote_storage_refused: list[tuple[str, str]] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return {"apps": self.apps, "shuffles": self.shuffles, "partitions": self.partitions,
                 "reported_blocks": self.reported_blocks, "lost_blocks": self.lost_blocks,
                 "lost_by_app": dict(self.lost_by_app), "removed": [{"path": p, "reason": r} for p, r in self.removed],
-                "repaired_files": self.repaired, "seconds": round(self.seconds, 3)}
+                "repaired_files": self.repaired, "seconds": round(self.seconds, 3),
+                "remote_storage_refused": [{"app_id": a, "path": p} for a, p in self.remote_storage_refused]}
 
 
 async def _scan(res: DiskResources) -> DiskScan:
@@ -123,9 +126,17 @@ async def _recover(disks: Sequence[DiskResources], app_manager: ActorRef, hdfs: 
         await ref.ask(RestoreApp(app))
         remote = next((s.remote_storage for s in app.shuffles.values() if s.remote_storage), "")
         if remote and hdfs is not None:
-            # the HDFS writer learns where the app's files are again: its later spills and its purge
-            # reach them (the Hadoop conf items of the registration are not kept: the path must do)
-            await hdfs.ask(RegisterRemoteStorage(app.app_id, remote, ()))
+            # the HDFS writer learns where the app's files are again (if the base is still allowed):
+            # its later spills and its purge reach them (the operator's conf for the base is used)
+            on_hdfs = tuple((s.shuffle_id, p) for s in app.shuffles.values() for p in s.hdfs_partitions)
+            try:
+                await hdfs.ask(RegisterRemoteStorage(app.app_id, remote, (), recovered=on_hdfs))
+            except InvalidRequestError as e:
+                report.remote_storage_refused.append((app.app_id, remote))
+                logger.bind(app_id=app.app_id).error(
+                    "recovered app {}: its remote storage is refused ({}); its HDFS files ({} partitions) are "
+                    "not touched and not deleted by its purge (an operator must remove them), its later "
+                    "spills stay local", app.app_id, e, len(on_hdfs))
         report.apps += 1
         report.shuffles += len(app.shuffles)
         report.partitions += app.partitions

@@ -58,7 +58,12 @@ from riffle_actors.actors.app_manager import (
 )
 from riffle_actors.actors.disk import DiskActor, DiskResources, RetryFailedPurges
 from riffle_actors.actors.disk_monitor import DiskMonitorActor
-from riffle_actors.actors.hdfs_writer import HdfsResources, HdfsSpillRoute, HdfsWriterActor
+from riffle_actors.actors.hdfs_writer import (
+    AllowedRemoteStorages,
+    HdfsResources,
+    HdfsSpillRoute,
+    HdfsWriterActor,
+)
 from riffle_actors.actors.heartbeat import (
     AnnounceStopping,
     HeartbeatActor,
@@ -276,6 +281,8 @@ class ShuffleServer:
             io=hdfs_io or HdfsIO(replication=hc.replication), max_concurrency=hc.max_concurrency,
             partition_write_max_concurrency=hc.partition_write_max_concurrency,
             write_timeout_s=hc.write_timeout_sec, health=HdfsHealth(hc.unhealthy_retry_interval_sec),
+            # the only bases this server writes to or connects to (the clients' paths are checked against it)
+            allowed=AllowedRemoteStorages((b.path, b.conf) for b in hc.remote_storage),
         ) if cfg.store_type.has_hdfs else None
         self.hdfs = None
         self.hdfs_route: HdfsSpillRoute | None = None
@@ -375,7 +382,8 @@ class ShuffleServer:
         # before any port listens: what the data paths hold is served from the first request on
         self.recovery = rec = await recover(list(self._disk_resources.values()), self.app_manager, self.hdfs)
         self.metrics.on_recovered(seconds=rec.seconds, apps=rec.apps, partitions=rec.partitions,
-                                  lost_blocks=rec.lost_blocks, removed=len(rec.removed))
+                                  lost_blocks=rec.lost_blocks, removed=len(rec.removed),
+                                  remote_storage_refused=len(rec.remote_storage_refused))
 
         await self.timer.ask(ScheduleEvery("expire-tickets", float(cfg.memory_store.buffer_ticket_check_interval_sec),
                                            self.memory, ExpireTickets()))
@@ -392,7 +400,8 @@ class ShuffleServer:
         self.service = ShuffleService(directory=self.directory, app_manager=self.app_manager, memory=self.memory,
                                       disks=self.disks, metrics=self.metrics, huge_partition_limit_bytes=huge_limit,
                                       disk_health=self.disk_health, max_read_length=cfg.grpc_max_message_size,
-                                      hdfs=self.hdfs)
+                                      hdfs=self.hdfs, remote_storages=(self.hdfs_resources.allowed
+                                                                       if self.hdfs_resources is not None else None))
         credentials = AdminCredentials.resolve(cfg.admin)
         self.lifecycle = Lifecycle(apps=self.directory, clock=self.clock,
                                    check_interval_s=cfg.decommission_check_interval_sec,

@@ -32,7 +32,7 @@ from riffle_actors.actors.app import (
     SendTicket,
 )
 from riffle_actors.actors.app_manager import AppDirectory, GetOrCreateApp, PurgeApp, PurgeAppShuffle
-from riffle_actors.actors.hdfs_writer import RegisterRemoteStorage
+from riffle_actors.actors.hdfs_writer import AllowedRemoteStorages, RegisterRemoteStorage
 from riffle_actors.actors.memory import CommitTicket, RequireBuffer, TakeTicket
 from riffle_actors.actors.storage_messages import DiskIOError, ReadData, ReadIndex
 from riffle_actors.errors import (
@@ -62,8 +62,11 @@ class ShuffleService:
     def __init__(self, *, directory: AppDirectory, app_manager: ActorRef, memory: ActorRef,
                  disks: Sequence[tuple[str, ActorRef]], metrics: Metrics,
                  huge_partition_limit_bytes: int | None = None, disk_health: DiskHealthBoard | None = None,
-                 max_read_length: int = 64 << 20, hdfs: ActorRef | None = None):
+                 max_read_length: int = 64 << 20, hdfs: ActorRef | None = None,
+                 remote_storages: AllowedRemoteStorages | None = None):
         self.hdfs = hdfs  # the HdfsWriter (store_type with HDFS): told each app's remote storage
+        # hdfs_store.remote_storage: a registration naming another remote storage is refused
+        self.remote_storages = remote_storages if remote_storages is not None else AllowedRemoteStorages()
         self.directory = directory
         self.app_manager = app_manager
         self.memory = memory
@@ -91,10 +94,14 @@ class ShuffleService:
     async def register_shuffle(self, app_id: str, shuffle_id: int, ranges: Sequence[tuple[int, int]],
                                local_order: bool, user: str = "", properties: dict[str, str] | None = None,
                                remote_storage: tuple[str, tuple[tuple[str, str], ...]] | None = None) -> None:
-        """``remote_storage``: registerShuffle's (path, Hadoop conf items), for the HDFS tier."""
+        """``remote_storage``: registerShuffle's (path, Hadoop conf items), for the HDFS tier. With an
+        HDFS tier, a path that is not an allowed base (``hdfs_store.remote_storage``) is refused
+        (INVALID_REQUEST) before anything is registered; the conf items are never used."""
         for start, end in ranges:
             if start < 0 or end < start:
                 raise InvalidRequestError(f"invalid partition range [{start}, {end}]")
+        if self.hdfs is not None and remote_storage is not None and remote_storage[0]:
+            self.remote_storages.resolve(remote_storage[0])
         ref = await self.app_manager.ask(GetOrCreateApp(app_id))
         try:
             await ref.ask(RegisterShuffle(shuffle_id=shuffle_id, ranges=tuple(ranges), local_order=local_order,

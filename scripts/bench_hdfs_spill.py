@@ -54,6 +54,7 @@ async def one_round(tier: str, hdfs_url: str, total: int, partitions: int, workd
     }
     if tier == "hdfs":
         cfg["hybrid_store"]["memory_spill_to_cold_threshold_size"] = 0
+        cfg["hdfs_store"] = {"remote_storage": [{"path": f"{hdfs_url}/bench"}]}
     srv = ShuffleServer(validate_config(ServerConfig, cfg))
     await srv.start()
     app = f"application_bench_{tier}_{rnd}"

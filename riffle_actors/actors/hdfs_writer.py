@@ -1,8 +1,12 @@
 """HdfsWriterActor: the HDFS tier's writer pool; HdfsSpillRoute: the SpillDispatcher's way into it.
 
 The HdfsWriter (one actor under the storage supervisor, permanent) owns every HDFS file this
-server writes. It keeps, per app, the remote storage the client sent in registerShuffle
-(``RegisterRemoteStorage``), and per partition up to ``partition_write_max_concurrency`` file
+server writes. It keeps, per app, the remote storage the client named in registerShuffle
+(``RegisterRemoteStorage``) **if the operator allows it**: ``AllowedRemoteStorages`` holds
+``hdfs_store.remote_storage``, the only bases this server ever connects to, each with the
+operator's Hadoop conf; a client path that is not one of them (compared normalized,
+``protocol.hdfs_layout.normalize_remote_path``) is refused with INVALID_REQUEST, and the client's
+``remoteStorageConf`` items are never used. Per partition it keeps up to ``partition_write_max_concurrency`` file
 pairs ``<serverId>_<i>_<retry>.data|.index`` (spec §5.5, ``riffle_actors.protocol.hdfs_layout``):
 a batch takes a free writer index ``i`` of its partition, so two writes never append to one
 pair, and at most ``max_concurrency`` writes run at once over the server. A write appends the
@@ -18,8 +22,14 @@ outlive an incarnation (threads, remote storages, file pairs, fences, counters, 
 lives in ``HdfsResources``, which the server creates once.
 
 ``PurgeFiles`` (sent by the AppManager with the disks' purges) fences the app or shuffle,
-waits for its writes in flight, then deletes this server's files under
-``<remotePath>/<appId>[/<shuffleId>]`` and the directories left empty.
+waits for its writes in flight, then deletes exactly what this server made for it
+(``_AppFiles``): every file pair it created (recorded before the file is created), then every
+directory it created (``<appId>``, ``<shuffleId>``, ``<p>-<p>`` levels it found missing), deepest
+first and only while empty. It never lists a tree and never removes a directory it did not make.
+After a restart the file names are not known, only the partitions with HDFS segments
+(``shuffle.meta``, handed over by restart recovery): there the purge lists that one partition
+directory and deletes the files named as this server's pairs (``is_server_file``); directories
+made before the restart stay. A recovered app whose base is no longer allowed is not touched.
 
 ``HdfsSpillRoute`` runs inside the SpillDispatcher: it asks ``state.tier_policy`` for the tier
 of each attempt, writes to HDFS when told to, records the choice and any fallback (metrics,
@@ -29,21 +39,24 @@ per-app counts for ``/apps``) and answers False when the batch must go to the lo
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections import Counter, OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from loguru import logger
 
 from riffle_actors.actors.storage_messages import AppPurgedError, PurgeFiles, UnfenceApp
-from riffle_actors.errors import RiffleError, StatusCode
+from riffle_actors.errors import InvalidRequestError, RiffleError, StatusCode
 from riffle_actors.io.hdfs import HdfsIO, conf_items
 from riffle_actors.log import RateLimitedLog
 from riffle_actors.protocol.hdfs_layout import (
     app_dir,
     file_pair,
-    server_prefix,
+    is_server_file,
+    normalize_remote_path,
+    partition_dir,
     shuffle_dir,
     split_remote_path,
 )
@@ -65,11 +78,18 @@ class HdfsWriteError(RiffleError):
 
 @dataclass(frozen=True, slots=True)
 class RegisterRemoteStorage:
-    """registerShuffle's ``remoteStorage``: where (and with which Hadoop conf) the app's HDFS files go."""
+    """registerShuffle's ``remoteStorage``: where the app's HDFS files go, if the operator allows it.
+
+    ``conf``: the client's Hadoop conf items, ignored (the operator's conf of the base is used).
+    ``recovered``: (shuffle id, partition id) of the partitions restart recovery found with HDFS
+    segments (their files are this server's, to delete when the app or shuffle is purged).
+    Refused with ``InvalidRequestError`` when the path is not in ``hdfs_store.remote_storage``.
+    """
 
     app_id: str
     path: str
     conf: tuple[tuple[str, str], ...] = ()
+    recovered: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -105,6 +125,7 @@ class HdfsStats:
     last_error: str
     writes_in_flight: int
     pending_recoveries: int = 0  # abandoned file pairs whose lease recovery has not finished
+    remote_storage_refused: int = 0  # registrations (and recovered apps) naming a base not allowed
 
 
 # ---------------------------------------------------------------------------- resources
@@ -113,7 +134,96 @@ class RemoteStorage:
     fs_url: str
     base: str
     conf: tuple[tuple[str, str], ...]
-    path: str
+    path: str  # normalized (``normalize_remote_path``)
+
+
+class AllowedRemoteStorages:
+    """The operator's remote storage bases (``hdfs_store.remote_storage``): the only ones ever used.
+
+    ``resolve(path)`` answers the operator's ``RemoteStorage`` (its conf) for a client's path that
+    equals an allowed base once both are normalized, else raises ``InvalidRequestError`` naming
+    the key to set (counted in ``refused``, logged at most every 10 s). The bases are fixed at
+    construction; the service and the HdfsWriter share one instance.
+    """
+
+    KEY = "hdfs_store.remote_storage"
+
+    def __init__(self, bases: Iterable[tuple[str, Mapping[str, str]]] = ()):
+        self.refused = 0
+        self._log = RateLimitedLog(10.0)
+        self._by_path: dict[str, RemoteStorage] = {}
+        for path, conf in bases:
+            normal = normalize_remote_path(path)
+            fs_url, base = split_remote_path(normal)
+            self._by_path[normal] = RemoteStorage(fs_url, base, conf_items(conf), normal)
+
+    def __len__(self) -> int:
+        return len(self._by_path)
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        return tuple(self._by_path)
+
+    def resolve(self, path: str) -> RemoteStorage:
+        try:
+            normal = normalize_remote_path(path)
+        except ValueError as e:
+            self._refuse(f"{e} (allowed bases: {self.KEY} in the server config)")
+        remote = self._by_path.get(normal)
+        if remote is None:
+            self._refuse(f"remote storage {path!r} is not allowed on this server: add it to {self.KEY} in the "
+                         f"server config (and the coordinator's remote_storage.path), or use a storage type "
+                         f"without HDFS")
+        return remote
+
+    def _refuse(self, why: str):
+        self.refused += 1
+        show, suppressed = self._log.should_log("refused")
+        if show:
+            logger.warning("refused a remote storage: {}{}", why,
+                           f" ({suppressed} similar refusals suppressed)" if suppressed else "")
+        raise InvalidRequestError(why)
+
+
+@dataclass(eq=False)
+class _AppFiles:
+    """What this server made on HDFS for one app: the only things its purge deletes.
+
+    Written from the writer threads (a file pair is recorded just before it is created, a
+    directory just after this server created it) and read by the purge, under ``lock``.
+    """
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    files: dict[tuple[RemoteStorage, str], None] = field(default_factory=dict)  # in creation order
+    dirs: dict[tuple[RemoteStorage, str], None] = field(default_factory=dict)   # created here, in order
+    ready: set[tuple[RemoteStorage, str]] = field(default_factory=set)        # partition dirs known to exist
+    recovered: dict[tuple[RemoteStorage, str], None] = field(default_factory=dict)  # partition dirs, pre-restart
+
+    def add_file(self, remote: RemoteStorage, path: str) -> None:
+        with self.lock:
+            self.files[(remote, path)] = None
+
+    def add_dir(self, remote: RemoteStorage, path: str) -> None:
+        with self.lock:
+            self.dirs[(remote, path)] = None
+
+    def take(self, app_id: str, shuffle_id: int | None) -> tuple[list, list, list]:
+        """Forget and return (files, dirs, recovered partition dirs) of the app, or of one of its
+        shuffles: those under ``<base>/<appId>/<shuffleId>`` of whichever base they are on."""
+        def under(key: tuple[RemoteStorage, str]) -> bool:
+            if shuffle_id is None:
+                return True
+            prefix = shuffle_dir(key[0].base, app_id, shuffle_id)
+            return key[1] == prefix or key[1].startswith(prefix + "/")
+        with self.lock:
+            out = []
+            for table in (self.files, self.dirs, self.recovered):
+                keys = [k for k in table if under(k)]
+                for k in keys:
+                    del table[k]
+                out.append(keys)
+            self.ready = {k for k in self.ready if not under(k)}
+        return out[0], out[1], out[2]
 
 
 @dataclass(slots=True)
@@ -141,7 +251,9 @@ class HdfsResources:
     write_timeout_s: float = 120.0
     health: HdfsHealth = field(default_factory=HdfsHealth)
     server_id: str = ""  # set by the server once its ports are known (file names start with it)
+    allowed: AllowedRemoteStorages = field(default_factory=AllowedRemoteStorages)  # hdfs_store.remote_storage
     remotes: dict[str, RemoteStorage] = field(default_factory=dict)
+    made: dict[str, _AppFiles] = field(default_factory=dict)  # app -> what this server made on HDFS
     partitions: dict[tuple[str, int, int], _PartitionFiles] = field(default_factory=dict)
     fenced: OrderedDict[tuple[str, int | None], int] = field(default_factory=OrderedDict)
     inflight: dict[str, set[asyncio.Future]] = field(default_factory=dict)
@@ -200,19 +312,22 @@ class HdfsWriterActor(Actor):
 
     def receive(self, msg: HdfsMsg):
         match msg:
-            case RegisterRemoteStorage(app_id=app_id, path=path, conf=conf):
+            case RegisterRemoteStorage(app_id=app_id, path=path, conf=conf, recovered=recovered):
                 if not path:
                     return None
-                current = self.res.remotes.get(app_id)
-                if current is not None and current.path == path and current.conf == conf:
+                remote = self.res.allowed.resolve(path)
+                if recovered:
+                    made = self.res.made.setdefault(app_id, _AppFiles())
+                    with made.lock:
+                        for shuffle_id, partition_id in recovered:
+                            made.recovered[(remote, partition_dir(remote.base, app_id, shuffle_id,
+                                                                  partition_id))] = None
+                if self.res.remotes.get(app_id) == remote:
                     return None
-                try:
-                    fs_url, base = split_remote_path(path)
-                except ValueError as e:
-                    logger.bind(app_id=app_id).warning("app {}: {}; its spills stay local", app_id, e)
-                    return None
-                self.res.remotes[app_id] = RemoteStorage(fs_url, base, conf_items(conf), path)
-                logger.bind(app_id=app_id).info("app {}: remote storage {}", app_id, path)
+                self.res.remotes[app_id] = remote
+                logger.bind(app_id=app_id).info(
+                    "app {}: remote storage {}{}", app_id, remote.path,
+                    f" ({len(conf)} client conf items ignored: the server's conf for it is used)" if conf else "")
                 return None
             case HdfsWrite():
                 if self.res.is_fenced(msg.app_id, msg.shuffle_id, msg.epoch):
@@ -236,7 +351,7 @@ class HdfsWriterActor(Actor):
                 return HdfsStats(len(r.remotes), r.written_bytes, r.writes, r.write_failures, r.new_file_pairs,
                                  r.files_purged, r.health.healthy(self.system.clock.monotonic()),
                                  r.health.last_error, sum(len(s) for s in r.inflight.values()),
-                                 len(r.recoveries))
+                                 len(r.recoveries), r.allowed.refused)
             case _:
                 raise TypeError(f"unexpected message {msg!r}")
 
@@ -269,8 +384,12 @@ class HdfsWriterActor(Actor):
                                               res.server_id, slot.index, slot.retry)
                         index_bytes, data_len = build_index(msg.blocks, slot.data_len)
                         pair = candidate
+                        made = res.made.setdefault(msg.app_id, _AppFiles())
+                        dirs = (app_dir(remote.base, msg.app_id), shuffle_dir(remote.base, msg.app_id, msg.shuffle_id),
+                                partition_dir(remote.base, msg.app_id, msg.shuffle_id, msg.partition_id))
                         fut = loop.run_in_executor(res.pool, _append, res.io, remote, pair,
-                                                   [b.data for b in msg.blocks], index_bytes, not slot.created)
+                                                   [b.data for b in msg.blocks], index_bytes, not slot.created,
+                                                   made, dirs)
                         try:
                             written = await asyncio.wait_for(asyncio.shield(fut), res.write_timeout_s)
                         except TimeoutError:
@@ -336,38 +455,50 @@ class HdfsWriterActor(Actor):
         if msg.shuffle_id is None:
             for key in [k for k in res.partitions if k[0] == msg.app_id]:
                 del res.partitions[key]
-            remote = res.remotes.pop(msg.app_id, None)
+            res.remotes.pop(msg.app_id, None)
             res.app_bytes.pop(msg.app_id, None)
             res.app_fallbacks.pop(msg.app_id, None)
+            made = res.made.pop(msg.app_id, None)
         else:
             for key in [k for k in res.partitions if k[0] == msg.app_id and k[1] == msg.shuffle_id]:
                 del res.partitions[key]
-            remote = res.remotes.get(msg.app_id)
-        if remote is not None:
-            directory_prefix = (app_dir(remote.base, msg.app_id) if msg.shuffle_id is None
-                                else shuffle_dir(remote.base, msg.app_id, msg.shuffle_id)) + "/"
-            for path in [p for p in res.recoveries if p.startswith(directory_prefix)]:
-                del res.recoveries[path]
-        if remote is None or not res.server_id:
+            made = res.made.get(msg.app_id)
+        if made is None:
             return 0
-        directory = (app_dir(remote.base, msg.app_id) if msg.shuffle_id is None
-                     else shuffle_dir(remote.base, msg.app_id, msg.shuffle_id))
+        files, dirs, recovered = made.take(msg.app_id, msg.shuffle_id)
+        gone = {path for _, path in files}
+        for path in [p for p in res.recoveries if p in gone]:
+            del res.recoveries[path]
+        if not (files or dirs or recovered):
+            return 0
         loop = asyncio.get_running_loop()
         try:
             n = await asyncio.wait_for(loop.run_in_executor(
-                res.pool, _remove, res.io, remote, directory, server_prefix(res.server_id)), res.write_timeout_s)
+                res.pool, _remove_made, res.io, files, dirs, recovered, res.server_id), res.write_timeout_s)
         except Exception as e:  # noqa: BLE001 - a purge failure is logged, the app is gone anyway
-            logger.bind(app_id=msg.app_id).warning("could not delete HDFS files under {}{}: {!r}",
-                                                   remote.fs_url, directory, e)
+            logger.bind(app_id=msg.app_id).warning("could not delete the HDFS files of {}{}: {!r}", msg.app_id,
+                                                   "" if msg.shuffle_id is None else f" shuffle {msg.shuffle_id}", e)
             return 0
         res.files_purged += n
         return n
 
 
-def _append(io: HdfsIO, remote: RemoteStorage, pair, data, index: bytes, create: bool) -> bool:
+def _append(io: HdfsIO, remote: RemoteStorage, pair, data, index: bytes, create: bool, made: _AppFiles,
+            dirs: tuple[str, ...]) -> bool:
     client = io.client(remote.fs_url, remote.conf)
-    if create and (io.exists(client, pair.data) or io.exists(client, pair.index)):
-        return False
+    if create:
+        if io.exists(client, pair.data) or io.exists(client, pair.index):
+            return False
+        if (remote, dirs[-1]) not in made.ready:
+            # the app, shuffle and partition levels this server finds missing are its own (the base is
+            # the operator's: made if missing, never recorded, so never removed)
+            for d in dirs:
+                if io.make_dir(client, d):
+                    made.add_dir(remote, d)
+            with made.lock:
+                made.ready.add((remote, dirs[-1]))
+        made.add_file(remote, pair.data)
+        made.add_file(remote, pair.index)
     io.append_pair(client, pair, data, index, create)
     return True
 
@@ -376,8 +507,19 @@ def _recover_lease(io: HdfsIO, remote: RemoteStorage, path: str) -> bool:
     return io.recover_lease(io.client(remote.fs_url, remote.conf), path)
 
 
-def _remove(io: HdfsIO, remote: RemoteStorage, directory: str, prefix: str) -> int:
-    return io.remove_server_files(io.client(remote.fs_url, remote.conf), directory, prefix)
+def _remove_made(io: HdfsIO, files: list, dirs: list, recovered: list, server_id: str) -> int:
+    """Delete the files, then the directories, this server made (see ``_AppFiles``); files deleted."""
+    deleted = 0
+    for remote, path in files:
+        deleted += io.delete_file(io.client(remote.fs_url, remote.conf), path)
+    for remote, directory in recovered:  # partitions written before a restart: this server's names only
+        client = io.client(remote.fs_url, remote.conf)
+        for name in io.list_files(client, directory):
+            if is_server_file(name, server_id):
+                deleted += io.delete_file(client, f"{directory}/{name}")
+    for remote, directory in sorted(dirs, key=lambda k: k[1].count("/"), reverse=True):
+        io.remove_empty_dir(io.client(remote.fs_url, remote.conf), directory)
+    return deleted
 
 
 def _consume(fut: asyncio.Future) -> None:

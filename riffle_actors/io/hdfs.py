@@ -2,7 +2,8 @@
 
 This module owns the calls into ``hdfs_native``: one ``Client`` per (file system URL, conf
 items), appending a batch to a data/index file pair (data first, then index, spec §5.2), and
-deleting this server's files of an app or shuffle. Every function blocks; the HDFS writer
+deleting the files and (empty) directories this server made, one path at a time: nothing here
+lists a tree or deletes recursively. Every function blocks; the HDFS writer
 actors run them on their thread pool, never on the event loop.
 
 ``HdfsIO`` is the seam for fault tests, as ``LocalIO`` is for disks: a test passes a subclass
@@ -105,30 +106,36 @@ class HdfsIO:
         except FileNotFoundError:
             return False
 
-    def remove_server_files(self, client, directory: str, prefix: str) -> int:
-        """Delete the files under ``directory`` whose name starts with ``prefix`` (this server's),
-        then every directory left empty, ``directory`` included. Returns files deleted.
-
-        Other servers' files of the same app stay: several servers write one app's directory.
-        """
+    def make_dir(self, client, path: str) -> bool:
+        """Create the directory ``path`` (and missing parents); True if it did not exist before."""
         try:
-            entries = list(client.list_status(directory, True))
+            st = client.get_file_info(path)
         except FileNotFoundError:
-            return 0
-        deleted = 0
-        dirs = [directory]
-        for st in entries:
-            if st.isdir:
-                dirs.append(st.path)
-            elif st.path.rsplit("/", 1)[-1].startswith(prefix):
-                client.delete(st.path, False)
-                deleted += 1
-        for d in sorted(dirs, key=lambda p: p.count("/"), reverse=True):
-            try:
-                client.delete(d, False)  # refused while not empty: another server's files remain
-            except (OSError, RuntimeError):
-                pass
-        return deleted
+            client.mkdirs(path, 0o755, True)
+            return True
+        if not st.isdir:
+            raise NotADirectoryError(f"HDFS path {path} exists and is not a directory")
+        return False
+
+    def delete_file(self, client, path: str) -> bool:
+        """Delete the file ``path`` (never a directory); True if it was deleted, False if not there."""
+        try:
+            if client.get_file_info(path).isdir:
+                return False
+            return bool(client.delete(path, False))
+        except FileNotFoundError:
+            return False
+
+    def remove_empty_dir(self, client, path: str) -> bool:
+        """Remove the directory ``path`` if it is empty (a non-recursive delete); True if removed."""
+        try:
+            if not client.get_file_info(path).isdir:
+                return False
+            return bool(client.delete(path, False))
+        except FileNotFoundError:
+            return False
+        except (OSError, RuntimeError):  # not empty: another server's (or anyone's) files remain
+            return False
 
     def list_files(self, client, directory: str) -> dict[str, int]:
         """name -> length of the files directly under ``directory`` (tests and tools)."""

@@ -48,6 +48,7 @@ class RecoveredShuffle:
     partitions: dict[int, RecoveredPartition]
     lost_blocks: int = 0  # reported ids with no data on any disk
     lost_partitions: tuple[int, ...] = ()  # partitions with at least one lost block
+    hdfs_partitions: tuple[int, ...] = ()  # partitions with a segment on the HDFS tier (this server's files)
 
 
 @dataclass(slots=True)
@@ -142,10 +143,10 @@ def _build_shuffle(shuffle_id: int, copies: list[tuple[str, ScannedShuffle]], me
     on_disk = BlockIdSet(on_disk_ids)
     missing_all = BlockIdSet(all_reported_ids)
     missing_all.discard_many(on_disk)
+    on_hdfs = {pid for pid, order in segment_order.items() if HDFS_TIER in order}
     if missing_all:
         # a partition with a segment on the HDFS tier has blocks no local index names; clients read
         # those from HDFS themselves, so they are not lost (and not checked here)
-        on_hdfs = {pid for pid, order in segment_order.items() if HDFS_TIER in order}
         lost = 0
         for pid, ids in reported.items():
             missing = ids.copy()
@@ -153,7 +154,8 @@ def _build_shuffle(shuffle_id: int, copies: list[tuple[str, ScannedShuffle]], me
             if missing and pid not in on_hdfs:
                 lost_parts.append(pid)
                 lost += len(missing)
-    return RecoveredShuffle(shuffle_id, ranges, local_order, remote, reported, partitions, lost, tuple(sorted(lost_parts)))
+    return RecoveredShuffle(shuffle_id, ranges, local_order, remote, reported, partitions, lost,
+                            tuple(sorted(lost_parts)), tuple(sorted(on_hdfs)))
 
 
 def plan_recovery(scans: list[DiskScan]) -> RecoveryPlan:

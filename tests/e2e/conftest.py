@@ -319,10 +319,12 @@ level = "INFO"
 """
 
 
-def _server_toml(d: Daemon, quorum: str, data_dir: Path, hdfs: bool = False) -> str:
-    extra = HDFS_SERVER_SECTIONS if hdfs else {}
+def _server_toml(d: Daemon, quorum: str, data_dir: Path, hdfs_remote: str = "") -> str:
+    """``hdfs_remote``: the HDFS tier on, with that base allowed (the coordinator hands clients the same path)."""
+    extra = HDFS_SERVER_SECTIONS if hdfs_remote else {}
+    hdfs_store = f"\n[[hdfs_store.remote_storage]]\npath = {toml_str(hdfs_remote)}\n" if hdfs_remote else ""
     return f"""\
-store_type = "{'MEMORY_LOCALFILE_HDFS' if hdfs else 'MEMORY_LOCALFILE'}"
+store_type = "{'MEMORY_LOCALFILE_HDFS' if hdfs_remote else 'MEMORY_LOCALFILE'}"
 grpc_port = 0
 urpc_port = 0
 http_port = 0
@@ -342,7 +344,7 @@ memory_spill_low_watermark = 0.2
 {extra.get("hybrid_store", "")}
 [app_config]
 app_heartbeat_timeout_min = 5
-{extra.get("app_config", "")}
+{extra.get("app_config", "")}{hdfs_store}
 [log]
 path = {toml_str(str(d.log_path))}
 level = "INFO"
@@ -373,7 +375,7 @@ def start_cluster(root: Path, hdfs_remote: str = "") -> Cluster:
             s = _daemon(root, f"server{i + 1}", "riffle_actors.server")
             data = s.workdir / "d1"
             data.mkdir()
-            s.config.write_text(_server_toml(s, cluster.quorum, data, hdfs=bool(hdfs_remote)))
+            s.config.write_text(_server_toml(s, cluster.quorum, data, hdfs_remote=hdfs_remote))
             cluster.servers.append(s)
             s.start()
         cluster.wait_servers_active()

@@ -44,10 +44,11 @@ def hdfs(tmp_path):
         h.stop()
 
 
-def hdfs_config(tmp_path, **hybrid):
+def hdfs_config(tmp_path, remote, **hybrid):
     return fault_config(tmp_path, store_type="MEMORY_LOCALFILE_HDFS",
                         hybrid_store={"memory_single_buffer_max_spill_size": "128K", **hybrid},
-                        hdfs_store={"write_timeout_sec": 10, "unhealthy_retry_interval_sec": 0.5})
+                        hdfs_store={"write_timeout_sec": 10, "unhealthy_retry_interval_sec": 0.5,
+                                    "remote_storage": [{"path": remote}]})
 
 
 async def send_rounds(client, rounds, written, start=0, size=48 << 10):
@@ -88,7 +89,7 @@ def choices(srv, reason):
 @pytest.mark.parametrize("node", ["datanode", "namenode"])
 async def test_hdfs_node_stopped_mid_spill_falls_back_to_local_without_loss(tmp_path, hdfs, node):
     remote = f"{hdfs.url}/rss"
-    srv = ShuffleServer(hdfs_config(tmp_path, memory_spill_to_cold_threshold_size=0))
+    srv = ShuffleServer(hdfs_config(tmp_path, remote, memory_spill_to_cold_threshold_size=0))
     await srv.start()
     written = []
     try:
@@ -131,7 +132,8 @@ async def test_hdfs_node_stopped_mid_spill_falls_back_to_local_without_loss(tmp_
 async def test_every_local_disk_quarantined_spills_continue_to_hdfs(tmp_path, hdfs, fault_server):
     remote = f"{hdfs.url}/rss"
     srv = await fault_server(store_type="MEMORY_LOCALFILE_HDFS",
-                             hdfs_store={"write_timeout_sec": 10, "unhealthy_retry_interval_sec": 0.5})
+                             hdfs_store={"write_timeout_sec": 10, "unhealthy_retry_interval_sec": 0.5,
+                                         "remote_storage": [{"path": remote}]})
     written = []
     async with UniffleClient(f"127.0.0.1:{srv.grpc_port}") as client:
         await client.register_shuffle(APP, 0, PARTITIONS, remote_storage=remote)
@@ -180,7 +182,7 @@ async def test_stuck_or_crashed_writer_loses_nothing_and_is_restarted(tmp_path, 
                        hybrid_store={"memory_single_buffer_max_spill_size": "128K",
                                      "memory_spill_to_cold_threshold_size": 0},
                        hdfs_store={"write_timeout_sec": 8, "unhealthy_retry_interval_sec": 0,
-                                   "partition_write_max_concurrency": 1})
+                                   "partition_write_max_concurrency": 1, "remote_storage": [{"path": remote}]})
     srv = ShuffleServer(cfg, hdfs_io=io)
     await srv.start()
     written = []

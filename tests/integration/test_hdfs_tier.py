@@ -27,11 +27,13 @@ pytestmark = pytest.mark.integration
 _ids = itertools.count()
 
 
-def hdfs_cfg(tmp_path, writers=20, **hybrid):
+def hdfs_cfg(tmp_path, remote, writers=20, **hybrid):
+    """``remote``: the one remote storage base the server allows (``hdfs_store.remote_storage``)."""
     return server_config(tmp_path, store_type="MEMORY_LOCALFILE_HDFS", capacity="64M",
                          hybrid_store={"memory_single_buffer_max_spill_size": "64K", **hybrid},
                          hdfs_store={"write_timeout_sec": 30, "unhealthy_retry_interval_sec": 0,
-                                     "partition_write_max_concurrency": writers})
+                                     "partition_write_max_concurrency": writers,
+                                     "remote_storage": [{"path": remote}]})
 
 
 async def write_and_spill(srv, client, app, remote, partitions=(0, 1), batches=3, size=40 << 10):
@@ -60,7 +62,7 @@ async def read_all(srv, client, app, remote, written, partitions=(0, 1)):
 
 async def test_cold_threshold_spills_land_in_hdfs_in_the_uniffle_layout(tmp_path, minihdfs):
     remote = f"{minihdfs.url}/rss-it{next(_ids)}"
-    srv = ShuffleServer(hdfs_cfg(tmp_path, memory_spill_to_cold_threshold_size=0))
+    srv = ShuffleServer(hdfs_cfg(tmp_path, remote, memory_spill_to_cold_threshold_size=0))
     await srv.start()
     app = "application_hdfs_1"
     try:
@@ -94,7 +96,7 @@ async def test_cold_threshold_spills_land_in_hdfs_in_the_uniffle_layout(tmp_path
 
 async def test_without_remote_storage_or_below_thresholds_spills_stay_local(tmp_path, minihdfs):
     remote = f"{minihdfs.url}/rss-it{next(_ids)}"
-    srv = ShuffleServer(hdfs_cfg(tmp_path, memory_spill_to_cold_threshold_size="1M"))
+    srv = ShuffleServer(hdfs_cfg(tmp_path, remote, memory_spill_to_cold_threshold_size="1M"))
     await srv.start()
     try:
         async with UniffleClient(f"127.0.0.1:{srv.grpc_port}") as client:
@@ -130,7 +132,7 @@ class FailingHdfsIO(HdfsIO):
 async def test_failed_write_starts_a_new_file_pair_and_the_batch_falls_back_to_local(tmp_path, minihdfs):
     remote = f"{minihdfs.url}/rss-it{next(_ids)}"
     io = FailingHdfsIO({2})
-    srv = ShuffleServer(hdfs_cfg(tmp_path, writers=1, memory_spill_to_cold_threshold_size=0), hdfs_io=io)
+    srv = ShuffleServer(hdfs_cfg(tmp_path, remote, writers=1, memory_spill_to_cold_threshold_size=0), hdfs_io=io)
     await srv.start()
     app = "application_hdfs_4"
     try:

@@ -171,3 +171,19 @@ def test_hdfs_store_types_and_keys() -> None:
 def test_memory_hdfs_has_no_local_tier() -> None:
     assert "localfile_store.data_paths" in problems_of(with_paths(store_type="MEMORY_HDFS"))
     assert problems_of(with_paths(hdfs_store={"bogus": 1})) == {"hdfs_store.bogus": "unknown key"}
+
+
+def test_hdfs_remote_storage_allow_list_is_normalized_and_checked() -> None:
+    cfg = validate_config(ServerConfig, with_paths(store_type="MEMORY_LOCALFILE_HDFS", hdfs_store={
+        "remote_storage": [{"path": "HDFS://nn:8020//rss/", "conf": {"dfs.replication": "2"}}, {"path": "/rss2"}]}))
+    assert [(b.path, b.conf) for b in cfg.hdfs_store.remote_storage] == [
+        ("hdfs://nn:8020/rss", {"dfs.replication": "2"}), ("/rss2", {})]
+    assert validate_config(ServerConfig, with_paths()).hdfs_store.remote_storage == []
+    problems = problems_of(with_paths(hdfs_store={"remote_storage": [
+        {"path": "hdfs://nn/rss/../user"}, {"path": "hdfs://nn/x", "bogus": 1}, {"conf": {}}]}))
+    assert "'..' path components" in problems["hdfs_store.remote_storage.0.path"]
+    assert problems["hdfs_store.remote_storage.1.bogus"] == "unknown key"
+    assert "hdfs_store.remote_storage.2.path" in problems
+    twice = problems_of(with_paths(hdfs_store={"remote_storage": [{"path": "hdfs://nn/rss"},
+                                                                  {"path": "hdfs://nn/rss/"}]}))
+    assert "same path twice" in twice["hdfs_store.remote_storage"]
