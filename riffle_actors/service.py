@@ -130,9 +130,9 @@ class ShuffleService:
                                remote_storage: tuple[str, tuple[tuple[str, str], ...]] | None = None) -> None:
         """``remote_storage``: registerShuffle's (path, Hadoop conf items), for the HDFS tier.
         The ranges' own limits (partition count, block-id layout) are the AppActor's to check."""
-        _check_ids(app_id, shuffle_id)
+        _check_ids(app_id, shuffle_id, (pid for r in ranges for pid in r))
         for start, end in ranges:
-            if start < 0 or end < start:
+            if end < start:
                 raise InvalidRequestError(f"invalid partition range [{start}, {end}]")
         ref = await self.app_manager.ask(GetOrCreateApp(app_id))
         try:

@@ -409,7 +409,10 @@ class AppActor(Supervisor):
 
     async def _report(self, shuffle_id: int, done: Any, sink: list) -> int:
         """A report is answered once its ids are in memory and in the metadata log."""
-        new = await done if inspect.isawaitable(done) else done  # the lane finishes a small report at once
+        try:
+            new = await done if inspect.isawaitable(done) else done  # the lane finishes a small report at once
+        finally:
+            del done  # a refusal's traceback holds this frame: no cycle through the task that raised it
         if sink:
             fut = self._write_meta(shuffle_id, BLOCK_IDS, encode_block_ids(sink))
             if fut is not None:

@@ -263,11 +263,40 @@ class AppState:
 
         The whole report is checked before anything is added, so a bad id, a partition that is not
         registered or a report above the limits (``AppLimits``) rejects it without a partial update.
-        Ids of a partition that is not registered are never converted (only counted). Sequences (tuples, lists, protobuf repeated fields) are sliced as they
-        are; ids are never all materialized as Python ints at once. ``sink`` (if given) receives
+        Ids of a partition that is not registered are never converted (only counted). Sequences
+        (tuples, lists, protobuf repeated fields) are sliced as they are; ids are never all materialized as Python ints at once. ``sink`` (if given) receives
         the checked ``(partition id, ids)`` batches once they are added (what the metadata log records).
         """
         shuffle = self.shuffle(shuffle_id)
+        try:
+            batches = yield from self._checked_batches(shuffle, partition_to_block_ids)
+        except InvalidRequestError as e:
+            # a refused report lets go of its request at once: a lazy source (the gRPC adapter's generator
+            # over the protobuf message) and the check pass's frame would live on in the traceback
+            close = getattr(partition_to_block_ids, "close", None)
+            if close is not None:
+                close()
+            raise e.with_traceback(None) from None
+        work = 0
+        new = 0
+        reported = shuffle.reported
+        for partition_id, batch in batches:
+            ids = reported.get(partition_id)
+            if ids is None:
+                ids = reported[partition_id] = BlockIdSet()  # also for an empty list, as before
+            new += ids.update_and_count(batch)
+            if sink is not None:
+                sink.append((partition_id, batch))
+            work += len(batch) + _PARTITION_WORK
+            if work >= _STEP_WORK:
+                work = 0
+                yield
+        return new
+
+    def _checked_batches(self, shuffle: ShuffleState, partition_to_block_ids: Iterable[tuple[int, Iterable[int]]],
+                         ) -> Generator[None, None, list[tuple[int, array]]]:
+        """The check pass of ``report_steps``: the report's ids as checked batches, or a refusal."""
+        shuffle_id = shuffle.shuffle_id
         limits = self.limits
         batches: list[tuple[int, array]] = []
         work = 0
@@ -315,20 +344,7 @@ class AppState:
             raise InvalidRequestError(
                 f"reportShuffleResult names {unknown_count} partitions of shuffle {shuffle_id} that are not "
                 f"registered on this server: {_named(unknown, unknown_count)}; refused, nothing was added")
-        new = 0
-        reported = shuffle.reported
-        for partition_id, batch in batches:
-            ids = reported.get(partition_id)
-            if ids is None:
-                ids = reported[partition_id] = BlockIdSet()  # also for an empty list, as before
-            new += ids.update_and_count(batch)
-            if sink is not None:
-                sink.append((partition_id, batch))
-            work += len(batch) + _PARTITION_WORK
-            if work >= _STEP_WORK:
-                work = 0
-                yield
-        return new
+        return batches
 
     def shuffle_result(self, shuffle_id: int, partition_ids: Iterable[int]) -> bytes:
         """Union of the reported ids of the partitions, in the Java Roaring64 legacy format."""
