@@ -292,6 +292,11 @@ class MemoryStoreConfig(StrictModel):
         60, ge=1, description="a requireBuffer ticket not used by a send within this time is released"
     )
     buffer_ticket_check_interval_sec: int = Field(1, ge=1, description="how often expired tickets are swept")
+    app_buffer_ticket_max_ratio: float = Field(
+        0.5, gt=0, le=1, description="share of capacity one app's unused requireBuffer tickets may reserve at "
+                                     "once; above it requireBuffer answers NO_BUFFER (the client backs off)")
+    app_buffer_ticket_max_number: int = Field(
+        4096, ge=1, description="unused requireBuffer tickets one app may hold at once; above it NO_BUFFER")
 
     # Riffle's keys without a counterpart here (docs/riffle-compat.md)
     buffer_type: RiffleBufferType = Field(
@@ -568,6 +573,25 @@ class AppConfig(StrictModel):
     huge_partition_memory_single_buffer_max_spill_size: ByteSize = Field(
         "64M", gt=0, description="spill size of a huge partition's buffer"
     )
+    app_number_hard_limit: int = Field(
+        2000, ge=1, description="apps registered on this server at once; registerShuffle of one more app is "
+                                "refused with ACCESS_DENIED (a safety bound of ours; Riffle's "
+                                "[health_service_config] alive_app_number_max_limit reports UNHEALTHY earlier, so "
+                                "the coordinator stops assigning before this refuses)")
+    shuffle_number_max_limit: int = Field(
+        10_000, ge=1, description="shuffles one app may have registered at once; one more is refused with "
+                                  "INVALID_REQUEST")
+    partition_number_max_limit: int = Field(
+        1 << 20, ge=1, le=1 << 31, description="partition ids of a shuffle lie below this (and below what the app's "
+                                               "block-id layout encodes); a range past it is refused with "
+                                               "INVALID_REQUEST; also the most partition ids one read or "
+                                               "requireBuffer may name")
+    report_block_id_number_max_limit: int = Field(
+        1_000_000, ge=1, description="block ids one reportShuffleResult may carry (a partition counts one at "
+                                     "least); more is refused with INVALID_REQUEST, nothing added")
+    report_partition_block_id_number_max_limit: int = Field(
+        200_000, ge=1, description="block ids one reportShuffleResult may carry for one partition; more is "
+                                   "refused with INVALID_REQUEST, nothing added")
 
     # Riffle's keys (docs/riffle-compat.md)
     block_id_manager_type: RiffleBlockIdManagerType = Field(

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import enum
 
+from riffle_actors.protocol.errors import ProtocolError
+
 
 class StatusCode(enum.IntEnum):
     """Mirror of ``rss.common.StatusCode`` (0.10): the numbers are the wire values."""
@@ -101,4 +103,6 @@ def to_status(exc: BaseException) -> tuple[StatusCode, str]:
     """The single place where an exception becomes a ``(status, retMsg)`` pair."""
     if isinstance(exc, RiffleError):
         return exc.status, str(exc) or type(exc).__name__
+    if isinstance(exc, ProtocolError):  # a wire value the codecs or protocol.ids refused
+        return StatusCode.INVALID_REQUEST, str(exc)
     return StatusCode.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"

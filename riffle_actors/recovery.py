@@ -122,7 +122,7 @@ async def _recover(disks: Sequence[DiskResources], app_manager: ActorRef, hdfs: 
             logger.warning("recovery removed {}: {}", path, why)
     report.removed = removals
     for app in apps:
-        ref = await app_manager.ask(GetOrCreateApp(app.app_id))
+        ref = await app_manager.ask(GetOrCreateApp(app.app_id, recovered=True))
         await ref.ask(RestoreApp(app))
         remote = next((s.remote_storage for s in app.shuffles.values() if s.remote_storage), "")
         if remote and hdfs is not None:

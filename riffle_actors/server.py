@@ -99,6 +99,7 @@ from riffle_actors.runtime import (
     TimerTable,
 )
 from riffle_actors.service import ShuffleService
+from riffle_actors.state.app_state import AppLimits
 from riffle_actors.state.budget import MemoryBudget
 from riffle_actors.state.disk_health import DiskHealthBoard, HealthPolicy
 from riffle_actors.state.service_health import DiskUsage, ServiceHealthChecks
@@ -334,7 +335,9 @@ class ShuffleServer:
         holder: dict = {}
         self.memory = await system.start_child(None, ChildSpec("memory", lambda: MemoryManagerActor(
             budget=self.budget, tickets=self.tickets, high_watermark=hs.memory_spill_high_watermark,
-            low_watermark=hs.memory_spill_low_watermark, clock=self.clock, app_manager=holder.get("app_manager"))))
+            low_watermark=hs.memory_spill_low_watermark, clock=self.clock, app_manager=holder.get("app_manager"),
+            app_max_ticket_bytes=int(cfg.memory_store.capacity * cfg.memory_store.app_buffer_ticket_max_ratio),
+            app_max_tickets=cfg.memory_store.app_buffer_ticket_max_number)))
         disk_refs = dict(self.disks)
         if self.hdfs_resources is not None:
             hres = self.hdfs_resources
@@ -362,6 +365,9 @@ class ShuffleServer:
         apps_sup = await system.start_child(None, ChildSpec("apps", lambda: Supervisor(
             "apps", max_restarts=1000, within_s=1.0, clock=self.clock, table=apps_table)))
         ac = cfg.app_config
+        app_limits = AppLimits(max_shuffles=ac.shuffle_number_max_limit, max_partitions=ac.partition_number_max_limit,
+                               report_max_ids=ac.report_block_id_number_max_limit,
+                               report_max_partition_ids=ac.report_partition_block_id_number_max_limit)
 
         def app_factory(app_id: str) -> AppActor:
             return AppActor(app_id, clock=self.clock, heartbeat_timeout_s=ac.app_heartbeat_timeout_min * 60,
@@ -369,14 +375,14 @@ class ShuffleServer:
                             single_buffer_spill_bytes=hs.memory_single_buffer_max_spill_size,
                             huge_threshold_bytes=ac.partition_limit_threshold if ac.partition_limit_enable else None,
                             huge_spill_bytes=ac.huge_partition_memory_single_buffer_max_spill_size,
-                            meta=meta_log)
+                            meta=meta_log, limits=app_limits)
 
         ledger = AppManagerLedger()
         self.app_manager = await system.start_child(None, ChildSpec("app_manager", lambda: AppManagerActor(
             directory=self.directory, app_factory=app_factory, memory=self.memory,
             # the HDFS writer takes the disks' PurgeFiles / UnfenceApp too: purges delete the app's HDFS files
             disks=[ref for _, ref in self.disks] + ([self.hdfs] if self.hdfs is not None else []),
-            clock=self.clock, apps_supervisor=apps_sup, ledger=ledger)))
+            clock=self.clock, apps_supervisor=apps_sup, ledger=ledger, max_apps=ac.app_number_hard_limit)))
         holder["app_manager"] = self.app_manager
         await self.memory.tell(AttachAppManager(self.app_manager))
         # before any port listens: what the data paths hold is served from the first request on
@@ -401,7 +407,8 @@ class ShuffleServer:
                                       disks=self.disks, metrics=self.metrics, huge_partition_limit_bytes=huge_limit,
                                       disk_health=self.disk_health, max_read_length=cfg.grpc_max_message_size,
                                       hdfs=self.hdfs, remote_storages=(self.hdfs_resources.allowed
-                                                                       if self.hdfs_resources is not None else None))
+                                                                       if self.hdfs_resources is not None else None),
+                                      max_partitions=ac.partition_number_max_limit)
         credentials = AdminCredentials.resolve(cfg.admin)
         self.lifecycle = Lifecycle(apps=self.directory, clock=self.clock,
                                    check_interval_s=cfg.decommission_check_interval_sec,

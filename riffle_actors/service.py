@@ -8,6 +8,12 @@ of checks from spec §2 lives: app check, ticket handling (a taken ticket is han
 converts it into used memory; a cancelled RPC cannot strand it), the routing of reads to
 memory or to the disks that hold a partition's files.
 
+Every id a client hands over is checked here, where it enters, by ``riffle_actors.protocol.ids``
+(app id, shuffle id, each partition id), for both transports: a bad one is refused with
+INVALID_REQUEST naming the field before any actor sees the request. The lists a request carries
+(partition ids of a read or a requireBuffer) are bounded by ``[app_config] partition_number_max_limit``
+before they are walked. ``storageId`` must name one of this server's disks (or be -1, "not sent").
+
 It owns no state: the actors do. It holds their refs and the read-only ``AppDirectory``.
 
 See also: ``riffle_actors.transport.grpc_server`` (the gRPC adapter), ``riffle_actors.server``.
@@ -17,10 +23,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Sequence
+from typing import NoReturn
 
 from riffle_actors.actors.app import (
     AppendBlocks,
-    CheckHugePartitions,
+    CheckBufferRequest,
     CommitShuffleTask,
     FinishShuffle,
     GetMemoryData,
@@ -44,12 +51,35 @@ from riffle_actors.errors import (
     TicketExceededError,
 )
 from riffle_actors.metrics import Metrics
+from riffle_actors.protocol import ids
 from riffle_actors.protocol.bitmap import TaskIdFilter
 from riffle_actors.protocol.blockid import BlockIdLayout
+from riffle_actors.protocol.errors import ProtocolError
 from riffle_actors.records import Block
 from riffle_actors.runtime import ActorDeadError, ActorRef
 from riffle_actors.state.buffer import BLOCK_OVERHEAD_BYTES
 from riffle_actors.state.disk_health import DiskHealthBoard
+
+
+def _check_ids(app_id: object, shuffle_id: object = 0, partition_ids: Iterable[object] = ()) -> None:
+    """``protocol.ids``' checks of the ids of one request; INVALID_REQUEST naming the field."""
+    try:
+        ids.check_app_id(app_id)
+        ids.check_shuffle_id(shuffle_id)
+        for pid in partition_ids:
+            ids.check_partition_id(pid)
+    except ProtocolError as e:
+        raise InvalidRequestError(f"invalid {e}") from None
+
+
+def _checked_reports(p2b: Iterable[tuple[int, Sequence[int]]]):
+    """The (partition id, block ids) pairs of a report, each partition id checked as it is reached."""
+    for pid, block_ids in p2b:
+        try:
+            ids.check_partition_id(pid)
+        except ProtocolError as e:
+            raise InvalidRequestError(f"invalid {e}") from None
+        yield pid, block_ids
 
 
 def _consume_exception(fut: asyncio.Future) -> None:
@@ -63,7 +93,7 @@ class ShuffleService:
                  disks: Sequence[tuple[str, ActorRef]], metrics: Metrics,
                  huge_partition_limit_bytes: int | None = None, disk_health: DiskHealthBoard | None = None,
                  max_read_length: int = 64 << 20, hdfs: ActorRef | None = None,
-                 remote_storages: AllowedRemoteStorages | None = None):
+                 remote_storages: AllowedRemoteStorages | None = None, max_partitions: int = 1 << 20):
         self.hdfs = hdfs  # the HdfsWriter (store_type with HDFS): told each app's remote storage
         # hdfs_store.remote_storage: a registration naming another remote storage is refused
         self.remote_storages = remote_storages if remote_storages is not None else AllowedRemoteStorages()
@@ -77,6 +107,12 @@ class ShuffleService:
         self.huge_partition_limit_bytes = huge_partition_limit_bytes
         self.disk_health = disk_health  # read-only here; written by the DiskMonitor
         self.max_read_length = max_read_length  # grpc_max_message_size: the largest local read served
+        self.max_partitions = max_partitions  # [app_config] partition_number_max_limit
+
+    def _check_partition_list(self, what: str, partition_ids: Sequence[int]) -> None:
+        if len(partition_ids) > self.max_partitions:
+            raise InvalidRequestError(f"{what} names {len(partition_ids)} partitions, more than a shuffle may have "
+                                      f"({self.max_partitions}, [app_config] partition_number_max_limit)")
 
     def _app(self, app_id: str) -> ActorRef:
         ref = self.directory.get(app_id)
@@ -96,9 +132,11 @@ class ShuffleService:
                                remote_storage: tuple[str, tuple[tuple[str, str], ...]] | None = None) -> None:
         """``remote_storage``: registerShuffle's (path, Hadoop conf items), for the HDFS tier. With an
         HDFS tier, a path that is not an allowed base (``hdfs_store.remote_storage``) is refused
-        (INVALID_REQUEST) before anything is registered; the conf items are never used."""
+        (INVALID_REQUEST) before anything is registered; the conf items are never used.
+        The ranges' own limits (partition count, block-id layout) are the AppActor's to check."""
+        _check_ids(app_id, shuffle_id, (pid for r in ranges for pid in r))
         for start, end in ranges:
-            if start < 0 or end < start:
+            if end < start:
                 raise InvalidRequestError(f"invalid partition range [{start}, {end}]")
         if self.hdfs is not None and remote_storage is not None and remote_storage[0]:
             self.remote_storages.resolve(remote_storage[0])
@@ -116,20 +154,25 @@ class ShuffleService:
                              partition_ids: Sequence[int] = ()) -> int:
         """A ticket id. ``partition_ids`` (requireBuffer field 4, sent by 0.10 clients) enable the
         huge-partition backpressure: NO_BUFFER_FOR_HUGE_PARTITION for a huge partition holding too much
-        memory; a request naming no partition is never held back that way."""
+        memory; a request naming no partition is never held back that way.
+
+        Tickets are issued only to a registered app for a registered shuffle (and registered partitions,
+        when named): every client since 0.6 sends its appId, shuffleId and the send's partitionIds (0.9.2
+        included), so an empty appId (the pre-0.6 "EMPTY" pseudo app) is refused as an invalid id. The
+        MemoryManager bounds what one app holds reserved (``[memory_store] app_buffer_ticket_max_*``)."""
+        self._check_partition_list("requireBuffer", partition_ids)
+        _check_ids(app_id, shuffle_id, partition_ids)
         if size < 0:
             raise InvalidRequestError(f"requireSize {size} is negative")
-        if app_id:  # an empty appId is the pre-0.6 client path: no app check
-            self._app(app_id)
-            if partition_ids and self.huge_partition_limit_bytes is not None:
-                await self._ask_app(app_id, CheckHugePartitions(
-                    shuffle_id=shuffle_id, partition_ids=tuple(partition_ids),
-                    limit_bytes=self.huge_partition_limit_bytes))
+        await self._ask_app(app_id, CheckBufferRequest(
+            shuffle_id=shuffle_id, partition_ids=tuple(partition_ids),
+            limit_bytes=self.huge_partition_limit_bytes))
         return await self.memory.ask(RequireBuffer(app_id=app_id, shuffle_id=shuffle_id, size=size))
 
     async def send_data(self, app_id: str, shuffle_id: int, ticket_id: int,
                         partitions: tuple[tuple[int, tuple[Block, ...]], ...]) -> int:
         """Append the blocks; returns the bytes accepted. Readable from memory once this returns."""
+        _check_ids(app_id, shuffle_id, (pid for pid, _ in partitions))
         app = self._app(app_id)
         if not partitions:
             raise InternalError("No data in request")
@@ -169,25 +212,34 @@ class ShuffleService:
 
     async def report_shuffle_result(self, app_id: str, shuffle_id: int, task_attempt_id: int,
                                     partition_to_block_ids: Iterable[tuple[int, Sequence[int]]]) -> int:
+        """Partition ids are checked as the AppActor reaches them (the pairs stay lazy); which partitions
+        and how many ids a report may carry is the AppActor's to check (``AppState.report_steps``)."""
+        _check_ids(app_id, shuffle_id)
         return await self._ask_app(app_id, ReportShuffleResult(
-            shuffle_id=shuffle_id, task_attempt_id=task_attempt_id, partition_to_block_ids=partition_to_block_ids))
+            shuffle_id=shuffle_id, task_attempt_id=task_attempt_id,
+            partition_to_block_ids=_checked_reports(partition_to_block_ids)))
 
     async def commit_shuffle_task(self, app_id: str, shuffle_id: int) -> int:
+        _check_ids(app_id, shuffle_id)
         return await self._ask_app(app_id, CommitShuffleTask(shuffle_id))
 
     async def finish_shuffle(self, app_id: str, shuffle_id: int) -> None:
+        _check_ids(app_id, shuffle_id)
         await self._ask_app(app_id, FinishShuffle(shuffle_id))
 
     # ------------------------------------------------------------- reads
     async def get_shuffle_result(self, app_id: str, shuffle_id: int, partition_ids: Sequence[int],
                                  layout: BlockIdLayout | None) -> bytes:
         """The serialized block-id bitmap of the partitions; ``layout`` None = the default layout."""
+        self._check_partition_list("getShuffleResult", partition_ids)
+        _check_ids(app_id, shuffle_id, partition_ids)
         return await self._ask_app(app_id, GetShuffleResult(shuffle_id=shuffle_id, partition_ids=tuple(partition_ids),
                                                             layout=layout))
 
     async def get_memory_data(self, app_id: str, shuffle_id: int, partition_id: int, last_block_id: int,
                               read_buffer_size: int, task_filter: TaskIdFilter | None) -> list[Block]:
         """Blocks after ``last_block_id`` from memory; ``task_filter`` None = every task's blocks."""
+        _check_ids(app_id, shuffle_id, (partition_id,))
         blocks = await self._ask_app(app_id, GetMemoryData(
             shuffle_id=shuffle_id, partition_id=partition_id, last_block_id=last_block_id,
             read_buffer_size=max(1, read_buffer_size), task_filter=task_filter))
@@ -197,6 +249,7 @@ class ShuffleService:
 
     async def get_local_index(self, app_id: str, shuffle_id: int, partition_id: int) -> tuple[bytes, int, list[int]]:
         """(index bytes of every disk holding the partition, total data length, storage ids)."""
+        _check_ids(app_id, shuffle_id, (partition_id,))
         disks = await self._ask_app(app_id, GetPartitionDisks(shuffle_id=shuffle_id, partition_id=partition_id))
         parts: list[bytes] = []
         data_len = 0
@@ -215,7 +268,14 @@ class ShuffleService:
     async def get_local_data(self, app_id: str, shuffle_id: int, partition_id: int, storage_id: int,
                              offset: int, length: int, as_file: bool = False):
         """The bytes of a data-file range; with ``as_file`` a ``DataFile`` (an open descriptor the caller
-        must close, for ``sendfile``) instead, or ``b""`` for an empty range."""
+        must close, for ``sendfile``) instead, or ``b""`` for an empty range.
+
+        ``storage_id``: an index into this server's disks as getLocalShuffleIndex gave it, or -1 (a urpc
+        V1 request carries none; a 0.9 gRPC client sends 0); anything else is refused."""
+        _check_ids(app_id, shuffle_id, (partition_id,))
+        if not -1 <= storage_id < len(self.disk_names):
+            raise InvalidRequestError(f"storageId {storage_id} is not a storage of this server "
+                                      f"(it has {len(self.disk_names)}: 0..{len(self.disk_names) - 1})")
         if offset < 0 or length < 0:
             raise InvalidRequestError(f"invalid offset {offset} / length {length}")
         if length > self.max_read_length:
@@ -256,12 +316,20 @@ class ShuffleService:
 
     # ------------------------------------------------------------- lifecycle
     async def app_heartbeat(self, app_id: str) -> None:
+        _check_ids(app_id)
         await self._ask_app(app_id, Heartbeat())
 
     async def unregister_shuffle(self, app_id: str, shuffle_id: int) -> None:
+        _check_ids(app_id, shuffle_id)
         self._app(app_id)
         await self.app_manager.tell(PurgeAppShuffle(app_id, shuffle_id))
 
     async def unregister_app(self, app_id: str) -> None:
+        _check_ids(app_id)
         self._app(app_id)
         await self.app_manager.tell(PurgeApp(app_id, "unregistered by client"))
+
+    async def remote_merge(self, app_id: str, shuffle_id: int = 0, partition_id: int = 0) -> NoReturn:
+        """startSortMerge / getSortedShuffleData: the ids are checked, then refused (no remote merge here)."""
+        _check_ids(app_id, shuffle_id, (partition_id,))
+        raise InternalError("Remote merge is disabled")

@@ -99,7 +99,7 @@ from riffle_actors.runtime import (
     Supervisor,
     Terminated,
 )
-from riffle_actors.state.app_state import AppState, PartitionEntry, ShuffleState
+from riffle_actors.state.app_state import AppLimits, AppState, PartitionEntry, ShuffleState
 from riffle_actors.state.partition import SpillLimits
 from riffle_actors.state.recovery import RecoveredApp
 
@@ -169,13 +169,14 @@ class GetPartitionDisks:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CheckHugePartitions:
-    """requireBuffer naming these partitions: refused (``HugePartitionBackpressureError``) while one of
-    them is huge and holds more than ``limit_bytes`` in memory (staging + in flight)."""
+class CheckBufferRequest:
+    """requireBuffer: the app check, then NO_REGISTER unless the shuffle (and each partition named) is
+    registered; then refused (``HugePartitionBackpressureError``) while one of the partitions is huge and
+    holds more than ``limit_bytes`` in memory (staging + in flight; None = the partition limit is off)."""
 
     shuffle_id: int
     partition_ids: tuple[int, ...]
-    limit_bytes: int
+    limit_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,7 +266,7 @@ class AppInfo:
 
 
 AppMsg = (RegisterShuffle | AppendBlocks | ReportShuffleResult | GetShuffleResult | GetMemoryData
-          | GetPartitionDisks | CheckHugePartitions | Heartbeat | CommitShuffleTask | FinishShuffle
+          | GetPartitionDisks | CheckBufferRequest | Heartbeat | CommitShuffleTask | FinishShuffle
           | PurgeShuffle | GetSpillCandidates | SpillPartitions | SpillAll | GetAppInfo | IsExpired
           | RestoreApp | Terminated)
 
@@ -280,10 +281,10 @@ class AppActor(Supervisor):
     def __init__(self, app_id: str, *, clock: Clock, heartbeat_timeout_s: float, memory: ActorRef,
                  spill: ActorRef, single_buffer_spill_bytes: int | None,
                  huge_threshold_bytes: int | None = None, huge_spill_bytes: int | None = None,
-                 meta: ShuffleMetaLog | None = None):
+                 meta: ShuffleMetaLog | None = None, limits: AppLimits | None = None):
         # no restarts below: a partition actor that ends is never replaced (see the module docstring)
         super().__init__(f"app:{app_id}", max_restarts=0, within_s=1.0, clock=clock)
-        self.state = AppState(app_id, clock, heartbeat_timeout_s)
+        self.state = AppState(app_id, clock, heartbeat_timeout_s, limits)
         self.app_id = app_id
         self.memory = memory
         self.spill = spill
@@ -325,15 +326,13 @@ class AppActor(Supervisor):
                 return state.last_epoch  # the disks fence every incarnation up to this one
             case AppendBlocks():
                 return self._append(msg)
-            case CheckHugePartitions():
-                self._check_huge(msg)
-                return None
             case RegisterShuffle():
                 state.touch()
                 if msg.user:
                     state.user = msg.user
                 if msg.properties:
                     state.properties = dict(msg.properties)
+                state.check_registration(msg.shuffle_id, msg.ranges)  # [app_config] limits: INVALID_REQUEST
                 state.register_shuffle(msg.shuffle_id, msg.ranges, msg.local_order)
                 # answered once the registration is on disk: a restarted server knows the shuffle
                 return self._write_meta(msg.shuffle_id, REGISTER, encode_register(
@@ -347,7 +346,7 @@ class AppActor(Supervisor):
                     raise PartitionCrashedError(f"partition actor {ref.name} crashed: {reason!r}") from reason
                 return None  # stopped by its purge
             case (GetMemoryData() | GetPartitionDisks() | ReportShuffleResult() | GetShuffleResult()
-                  | Heartbeat() | CommitShuffleTask() | FinishShuffle()):
+                  | Heartbeat() | CommitShuffleTask() | FinishShuffle() | CheckBufferRequest()):
                 pass
             case _:
                 return self._supervise(msg)  # the runtime's own supervisor messages
@@ -374,6 +373,9 @@ class AppActor(Supervisor):
             case GetShuffleResult(shuffle_id=sid, partition_ids=pids):
                 return self._lane.submit(state.shuffle_result_steps(sid, pids))
             case Heartbeat():
+                return None
+            case CheckBufferRequest():
+                self._check_buffer_request(msg)
                 return None
             case CommitShuffleTask(shuffle_id=sid):
                 shuffle = state.shuffle(sid)
@@ -408,7 +410,10 @@ class AppActor(Supervisor):
 
     async def _report(self, shuffle_id: int, done: Any, sink: list) -> int:
         """A report is answered once its ids are in memory and in the metadata log."""
-        new = await done if inspect.isawaitable(done) else done  # the lane finishes a small report at once
+        try:
+            new = await done if inspect.isawaitable(done) else done  # the lane finishes a small report at once
+        finally:
+            del done  # a refusal's traceback holds this frame: no cycle through the task that raised it
         if sink:
             fut = self._write_meta(shuffle_id, BLOCK_IDS, encode_block_ids(sink))
             if fut is not None:
@@ -541,10 +546,14 @@ class AppActor(Supervisor):
             self._deliver(sid, pid, shuffle.partition(pid), AppendPart(blocks, ticket))
         return reply
 
-    def _check_huge(self, msg: CheckHugePartitions) -> None:
-        """Partition-limit backpressure (Riffle's huge partitions), from the size table."""
-        shuffle = self.state.shuffles.get(msg.shuffle_id)
-        if shuffle is None:
+    def _check_buffer_request(self, msg: CheckBufferRequest) -> None:
+        """Registration (NO_REGISTER, as a send would answer), then the partition-limit backpressure
+        (Riffle's huge partitions), from the size table."""
+        shuffle = self.state.shuffle(msg.shuffle_id)
+        for pid in msg.partition_ids:
+            if not shuffle.is_registered(pid):
+                raise NoRegisterError(f"partition {pid} of shuffle {msg.shuffle_id} is not registered")
+        if msg.limit_bytes is None:
             return
         for pid in msg.partition_ids:
             entry = shuffle.partitions.get(pid)

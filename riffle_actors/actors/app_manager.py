@@ -26,6 +26,10 @@ sweep waits on a stuck app. The conclusions come from ``riffle_actors.state.app_
 - **Listing** (``ListApps``) and **flush** (``FlushAllApps``, at shutdown; not bounded per app,
   the caller bounds it as a whole).
 
+At most ``max_apps`` apps (``[app_config] app_number_hard_limit``) are registered at once,
+counting the registrations under way: a ``GetOrCreateApp`` for one more new app is refused with
+ACCESS_DENIED naming the key (apps already registered are served as before).
+
 Sweeps and spill rounds run one at a time each; a request during a round coalesces into one
 more round after it. Registrations and purges of one app id run in order (a purge's tells
 reach the disks before a re-registration lifts their fences); a purge decided by a sweep or by
@@ -52,7 +56,7 @@ from riffle_actors.actors.app import AppActor, GetAppInfo, GetSpillCandidates, I
 from riffle_actors.actors.storage_messages import PurgeFiles, UnfenceApp
 from riffle_actors.actors.memory import PurgeAppMemory, SpillLargest, SpillRoundDone
 from riffle_actors.runtime import Clock
-from riffle_actors.errors import InvalidRequestError, RiffleError
+from riffle_actors.errors import AccessDeniedError, InvalidRequestError, RiffleError
 from riffle_actors.protocol import ids
 from riffle_actors.protocol.errors import ProtocolError
 from riffle_actors.state.app_sweep import Answer, ExpiryBook, RoundGate, SpillCandidate, pick_spill
@@ -91,6 +95,7 @@ class AppManagerLedger:
 @dataclass(frozen=True, slots=True)
 class GetOrCreateApp:
     app_id: str
+    recovered: bool = False  # restart recovery: accepted before, never refused by max_apps
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +168,8 @@ class AppManagerActor(Actor):
     def __init__(self, *, directory: AppDirectory, app_factory: Callable[[str], AppActor], memory: ActorRef,
                  disks: list[ActorRef], clock: Clock, apps_supervisor: ActorRef | None = None,
                  history_size: int = 1000, app_ask_timeout_s: float = APP_ASK_TIMEOUT_S,
-                 expiry_misses_to_purge: int = EXPIRY_MISSES_TO_PURGE, ledger: AppManagerLedger | None = None):
+                 expiry_misses_to_purge: int = EXPIRY_MISSES_TO_PURGE, ledger: AppManagerLedger | None = None,
+                 max_apps: int | None = None):
         self.directory = directory
         self.apps_supervisor = apps_supervisor
         self.app_factory = app_factory
@@ -178,6 +184,8 @@ class AppManagerActor(Actor):
         self.spill_rounds: RoundGate[SpillLargest] = RoundGate()
         # app id -> the last registration or purge step for it: steps of one app id run in order
         self._app_steps: dict[str, asyncio.Task[Any]] = {}
+        self.max_apps = max_apps  # [app_config] app_number_hard_limit; None = no limit
+        self._creating: set[str] = set()  # new app ids whose registration is under way
 
     @property
     def purged_total(self) -> int:
@@ -216,12 +224,18 @@ class AppManagerActor(Actor):
 
     def receive(self, msg: AppManagerMsg):
         match msg:
-            case GetOrCreateApp(app_id=app_id):
+            case GetOrCreateApp(app_id=app_id, recovered=recovered):
                 check_app_id(app_id)
                 ref = self.directory.get(app_id)
                 if ref is not None and ref.is_alive:
                     return ref
-                return self._app_step(app_id, partial(self._create_app, app_id))
+                if app_id not in self._creating:
+                    if not recovered:
+                        self._admit(app_id)
+                    self._creating.add(app_id)
+                task = self._app_step(app_id, partial(self._create_app, app_id))
+                task.add_done_callback(lambda _t, a=app_id: self._creating.discard(a))
+                return task
             case PurgeApp(app_id=app_id, reason=reason):
                 return self._purge(app_id, reason)
             case PurgeAppShuffle(app_id=app_id, shuffle_id=shuffle_id):
@@ -247,6 +261,16 @@ class AppManagerActor(Actor):
                 raise InvalidRequestError(f"unexpected message {type(msg).__name__}")
 
     # ------------------------------------------------------------- registration and purge
+    def _admit(self, app_id: str) -> None:
+        """ACCESS_DENIED when one more app would take the server above ``max_apps``."""
+        if self.max_apps is None:
+            return
+        alive = sum(1 for ref in self.directory.values() if ref.is_alive) + len(self._creating)
+        if alive >= self.max_apps:
+            raise AccessDeniedError(
+                f"app {app_id} refused: this server already has {alive} registered apps, the most it takes "
+                f"([app_config] app_number_hard_limit = {self.max_apps}); ask the coordinator for another server")
+
     def _app_step(self, app_id: str, step: Callable[[], Awaitable[T]]) -> asyncio.Task[T]:
         """Run ``step`` after the previous step for ``app_id`` (whatever its outcome); other ids run freely.
 

@@ -1,7 +1,8 @@
 """MemoryManagerActor: the write-memory budget, requireBuffer tickets and the spill trigger.
 
 Owns a ``MemoryBudget`` and a ``TicketBook``. requireBuffer reserves bytes and issues a
-one-shot ticket; sendShuffleData takes the ticket and, once its blocks are in a partition
+one-shot ticket (NO_BUFFER past the app's share of tickets: ``app_max_ticket_bytes`` /
+``app_max_tickets``); sendShuffleData takes the ticket and, once its blocks are in a partition
 buffer, converts the reservation into used bytes. Tickets not used in time are released by
 ``ExpireTickets`` (told by the timer). When memory not already being spilled rises above the
 high watermark, it asks the AppManager to spill the largest buffers down to the low
@@ -125,7 +126,8 @@ class MemoryManagerActor(Actor):
     expected_errors = (RiffleError,)
 
     def __init__(self, *, budget: MemoryBudget, tickets: TicketBook, high_watermark: float, low_watermark: float,
-                 clock: Clock, app_manager: ActorRef | None = None):
+                 clock: Clock, app_manager: ActorRef | None = None, app_max_ticket_bytes: int | None = None,
+                 app_max_tickets: int | None = None):
         # budget and tickets are created by the server and handed to every incarnation, so a
         # restart of this actor keeps the accounting of the memory that is really in use
         self.budget = budget
@@ -134,6 +136,9 @@ class MemoryManagerActor(Actor):
         self.high_bytes = int(budget.capacity * high_watermark)
         self.low_bytes = int(budget.capacity * low_watermark)
         self.app_manager = app_manager
+        # [memory_store] app_buffer_ticket_max_ratio x capacity / app_buffer_ticket_max_number; None = unbounded
+        self.app_max_ticket_bytes = app_max_ticket_bytes
+        self.app_max_tickets = app_max_tickets
         self._spill_round_active = False
         self._spill_round_started = 0.0
         self.expired_tickets_total = 0
@@ -143,6 +148,7 @@ class MemoryManagerActor(Actor):
     def receive(self, msg: MemoryMsg):
         match msg:
             case RequireBuffer(app_id=app_id, shuffle_id=shuffle_id, size=size):
+                self._check_app_share(app_id, size)
                 if not self.budget.try_allocate(size):
                     self._maybe_spill(force=True)
                     b = self.budget
@@ -194,6 +200,19 @@ class MemoryManagerActor(Actor):
                                     self.spill_rounds_total, self._above_high_since)
             case _:
                 raise TypeError(f"unexpected message {msg!r}")
+
+    def _check_app_share(self, app_id: str, size: int) -> None:
+        """NO_BUFFER (the client backs off and retries, its own sends free its tickets meanwhile) when
+        one more ticket would take the app above its share of the outstanding reservations."""
+        count, held = self.tickets.held(app_id)
+        if self.app_max_tickets is not None and count >= self.app_max_tickets:
+            raise NoBufferError(f"app {app_id} already holds {count} unused buffer tickets, the most one app may "
+                                f"hold ([memory_store] app_buffer_ticket_max_number); retry after its sends")
+        if self.app_max_ticket_bytes is not None and held + size > self.app_max_ticket_bytes:
+            raise NoBufferError(
+                f"no buffer for {size} bytes: app {app_id} already holds {held} bytes in unused tickets, and one "
+                f"app may hold {self.app_max_ticket_bytes} ([memory_store] app_buffer_ticket_max_ratio of "
+                f"capacity); retry after its sends")
 
     def _release(self, ticket: Ticket) -> None:
         self.budget.release_allocated(ticket.size)

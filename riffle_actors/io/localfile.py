@@ -23,6 +23,10 @@ A file system that refuses ``O_DIRECT`` (``EINVAL`` at open or write: ramfs, tmp
 6.6, some FUSE/overlay mounts) gets buffered appends from then on; the reason is logged once
 per data path and reported by ``direct_io_refused``.
 
+A read whose range reaches past the end of the data file is the client's mistake, not the
+disk's: ``read_data`` / ``open_data`` raise ``InvalidRequestError`` (INVALID_REQUEST, naming the
+partition and the file's length, never the path), which the disk does not count as a failure.
+
 See also: ``riffle_actors.protocol.index`` (record codec), ``riffle_actors.actors.disk``.
 """
 
@@ -39,6 +43,7 @@ from typing import NamedTuple
 
 from loguru import logger
 
+from riffle_actors.errors import InvalidRequestError
 from riffle_actors.protocol.index import INDEX_RECORD_SIZE, build_index
 from riffle_actors.records import Block
 
@@ -241,11 +246,19 @@ def read_index(root: str, app_id: str, shuffle_id: int, partition_id: int) -> tu
     return index, data_len
 
 
+def _check_range(fd: int, partition_id: int, offset: int, length: int) -> None:
+    size = os.fstat(fd).st_size
+    if offset + length > size:
+        raise InvalidRequestError(f"offset {offset} + length {length} reaches past the end of the data file of "
+                                  f"partition {partition_id} ({size} bytes)")
+
+
 def read_data(root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int, length: int) -> bytes:
-    """Exactly ``length`` bytes at ``offset`` of the data file, or ``OSError``."""
+    """Exactly ``length`` bytes at ``offset`` of the data file; ``InvalidRequestError`` past its end, or ``OSError``."""
     data_path, _ = partition_paths(root, app_id, shuffle_id, partition_id)
     fd = os.open(data_path, os.O_RDONLY)
     try:
+        _check_range(fd, partition_id, offset, length)
         parts = []
         got = 0
         while got < length:
@@ -268,12 +281,12 @@ class DataFile(NamedTuple):
 
 
 def open_data(root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int, length: int) -> DataFile:
-    """The data file opened for reading ``length`` bytes at ``offset`` (checked to be there), or ``OSError``."""
+    """The data file opened for reading ``length`` bytes at ``offset`` (checked to be there;
+    ``InvalidRequestError`` past its end), or ``OSError``."""
     data_path, _ = partition_paths(root, app_id, shuffle_id, partition_id)
     fd = os.open(data_path, os.O_RDONLY)
     try:
-        if os.fstat(fd).st_size < offset + length:
-            raise OSError(errno.ENODATA, f"data file {data_path} ends before offset {offset + length}")
+        _check_range(fd, partition_id, offset, length)
     except BaseException:
         os.close(fd)
         raise

@@ -150,15 +150,21 @@ class ActorRef:
         """
         mb = self._mailbox
         reply: asyncio.Future[Any] = self._cell.loop.create_future()
-        if timeout is None:
-            try:
-                mb.put_nowait((msg, reply))
-            except MailboxFullError:
+        try:
+            if timeout is None:
+                try:
+                    mb.put_nowait((msg, reply))
+                except MailboxFullError:
+                    await mb.put((msg, reply))
+                return await reply
+            async with asyncio.timeout(timeout):
                 await mb.put((msg, reply))
-            return await reply
-        async with asyncio.timeout(timeout):
-            await mb.put((msg, reply))
-            return await reply
+                return await reply
+        finally:
+            # an error raised here keeps this frame in its traceback: without these references it would
+            # form a cycle (error -> frame -> reply -> error) holding the message, e.g. a whole request,
+            # until the cyclic garbage collector happens to run
+            del reply, msg
 
     def tell_threadsafe(self, msg: Any) -> None:
         """Tell from another thread (for example an executor completing IO).

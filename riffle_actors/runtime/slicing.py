@@ -86,7 +86,14 @@ class SliceLane:
         else:
             task = loop.create_task(self._finish(self._tail, steps), name="slice-lane")
         self._tail = task
+        task.add_done_callback(self._forget)
         return task
+
+    def _forget(self, task: asyncio.Task[Any]) -> None:
+        """A finished operation is its asker's only: kept as the tail, its failure (whose traceback
+        holds the operation's inputs, a whole request) would stay alive until the next operation."""
+        if self._tail is task:
+            self._tail = None
 
     def _next_turn(self) -> None:
         self._turn_ends = None
@@ -95,6 +102,9 @@ class SliceLane:
         if previous is not None:
             # wait, not await: its failure belongs to its own asker, not to this operation
             await asyncio.wait([previous])
+            # and drop it: a failure of this operation keeps this frame in its traceback, which would
+            # otherwise keep every earlier failed operation (and its inputs) alive, one through the other
+            previous = None
         while True:
             await asyncio.sleep(0)
             result = run_until(steps, self._now() + self.slice_s, self._now)

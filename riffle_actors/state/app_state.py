@@ -15,6 +15,16 @@ generators that do a bounded amount of work per ``next()`` (at most ``_IDS_PER_C
 the event loop a turn between steps (``riffle_actors.runtime.slicing``); ``drain`` runs them in
 one go, which is exactly what ``report`` and ``shuffle_result`` do.
 
+Input bounds (``AppLimits``, from ``[app_config]``): an app registers at most
+``shuffle_number_max_limit`` shuffles; a shuffle's partition ids lie below
+``partition_number_max_limit`` and below what the app's block-id layout can encode (its
+``spark.rss.blockId.maxPartitions`` / ``spark.rss.client.blockId.partitionIdBits`` properties,
+sent by 0.10 clients); a report names registered partitions only (the others are refused, by
+name, before anything is added: a set is created for a partition only once it is known) and
+carries at most ``report_block_id_number_max_limit`` ids (each partition counting as one at
+least, an empty list costs a set too), at most ``report_partition_block_id_number_max_limit``
+of them for one partition. Every refusal is INVALID_REQUEST naming its key.
+
 See also: ``riffle_actors.state.partition`` (one partition's memory), ``riffle_actors.actors.app``.
 """
 
@@ -22,7 +32,8 @@ from __future__ import annotations
 
 import bisect
 from array import array
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from riffle_actors.runtime import Clock
@@ -50,6 +61,45 @@ def _is_sequence(value: object) -> bool:
     if known is None:
         known = _SEQUENCE_TYPES[cls] = isinstance(value, Sequence)
     return known
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AppLimits:
+    """The per-app and per-request bounds of ``[app_config]`` (see the module docstring)."""
+
+    max_shuffles: int = 10_000  # shuffle_number_max_limit
+    max_partitions: int = 1 << 20  # partition_number_max_limit
+    report_max_ids: int = 1_000_000  # report_block_id_number_max_limit
+    report_max_partition_ids: int = 200_000  # report_partition_block_id_number_max_limit
+
+
+# SparkConf keys (registerShuffle properties, 0.10+) that fix the block-id layout's partition field
+_MAX_PARTITIONS_KEY = "spark.rss.blockId.maxPartitions"
+_PARTITION_BITS_KEY = "spark.rss.client.blockId.partitionIdBits"
+_NAMED_IN_REFUSAL = 10  # partition ids a refusal lists; the count says how many more
+
+
+def partition_id_bound(limits: AppLimits, properties: Mapping[str, str]) -> tuple[int, str]:
+    """(the bound partition ids stay below, where it comes from): ``partition_number_max_limit``, or less
+    when the app's block-id layout (its properties) encodes fewer partitions. Unparsable values are
+    ignored (the client itself refuses them)."""
+    bound, why = limits.max_partitions, "[app_config] partition_number_max_limit"
+    for key, from_value in ((_MAX_PARTITIONS_KEY, int), (_PARTITION_BITS_KEY, lambda v: 1 << int(v))):
+        text = properties.get(key)
+        if text is None:
+            continue
+        try:
+            layout_bound = from_value(text.strip())
+        except (ValueError, OverflowError):
+            continue
+        if 0 < layout_bound < bound:
+            bound, why = layout_bound, f"the app's block-id layout ({key}={text.strip()})"
+    return bound, why
+
+
+def _named(partition_ids: list[int], count: int) -> str:
+    more = f" and {count - len(partition_ids)} more" if count > len(partition_ids) else ""
+    return ", ".join(map(str, partition_ids)) + more
 
 
 def drain(steps: Generator[None, None, T]) -> T:
@@ -135,8 +185,9 @@ class ShuffleState:
 
 
 class AppState:
-    def __init__(self, app_id: str, clock: Clock, heartbeat_timeout_s: float):
+    def __init__(self, app_id: str, clock: Clock, heartbeat_timeout_s: float, limits: AppLimits | None = None):
         self.app_id = app_id
+        self.limits = limits if limits is not None else AppLimits()
         self.clock = clock
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self.shuffles: dict[int, ShuffleState] = {}
@@ -160,7 +211,24 @@ class AppState:
             raise NoRegisterError(f"app {self.app_id} expired (no heartbeat for {self.heartbeat_timeout_s:.0f}s)")
 
     # ------------------------------------------------------------- shuffles
+    def check_registration(self, shuffle_id: int, ranges: Sequence[tuple[int, int]]) -> None:
+        """INVALID_REQUEST if registering would take the app above its shuffle limit or a range reaches
+        past the partition bound (``partition_id_bound``); nothing is registered then."""
+        limits = self.limits
+        if shuffle_id not in self.shuffles and len(self.shuffles) >= limits.max_shuffles:
+            raise InvalidRequestError(
+                f"app {self.app_id} already has {len(self.shuffles)} registered shuffles, the most one app may "
+                f"have ([app_config] shuffle_number_max_limit = {limits.max_shuffles}); unregister some first")
+        bound, why = partition_id_bound(limits, self.properties)
+        for start, end in ranges:
+            if end >= bound:
+                raise InvalidRequestError(
+                    f"partition range [{start}, {end}] of shuffle {shuffle_id}: partition ids must be below "
+                    f"{bound} ({why})")
+
     def register_shuffle(self, shuffle_id: int, ranges: Iterable[tuple[int, int]], local_order: bool) -> None:
+        """Register (or extend) a shuffle; the caller ran ``check_registration`` first (a restart's
+        recovery does not: what is on disk was accepted before)."""
         shuffle = self.shuffles.get(shuffle_id)
         if shuffle is None:
             self.last_epoch += 1
@@ -193,28 +261,23 @@ class AppState:
                      sink: list[tuple[int, array]] | None = None) -> Generator[None, None, int]:
         """``report`` in steps. NO_REGISTER / INVALID_REQUEST come from the first ``next()`` / a check step.
 
-        The whole report is checked before anything is added, so a bad id rejects it without a
-        partial update. Sequences (tuples, lists, protobuf repeated fields) are sliced as they
-        are; ids are never all materialized as Python ints at once. ``sink`` (if given) receives
+        The whole report is checked before anything is added, so a bad id, a partition that is not
+        registered or a report above the limits (``AppLimits``) rejects it without a partial update.
+        Ids of a partition that is not registered are never converted (only counted). Sequences
+        (tuples, lists, protobuf repeated fields) are sliced as they are; ids are never all materialized as Python ints at once. ``sink`` (if given) receives
         the checked ``(partition id, ids)`` batches once they are added (what the metadata log records).
         """
         shuffle = self.shuffle(shuffle_id)
-        batches: list[tuple[int, array]] = []
+        try:
+            batches = yield from self._checked_batches(shuffle, partition_to_block_ids)
+        except InvalidRequestError as e:
+            # a refused report lets go of its request at once: a lazy source (the gRPC adapter's generator
+            # over the protobuf message) and the check pass's frame would live on in the traceback
+            close = getattr(partition_to_block_ids, "close", None)
+            if close is not None:
+                close()
+            raise e.with_traceback(None) from None
         work = 0
-        for partition_id, block_ids in partition_to_block_ids:
-            if not _is_sequence(block_ids):
-                block_ids = list(block_ids)  # a generator or a set: nothing to slice
-            for start in range(0, max(len(block_ids), 1), _IDS_PER_CHUNK):
-                # a slice even when it is the whole: a protobuf field converts faster as a list
-                chunk = block_ids[start:start + _IDS_PER_CHUNK]
-                try:
-                    batches.append((partition_id, id_array(chunk)))
-                except ProtocolError as e:
-                    raise InvalidRequestError(f"partition {partition_id}: {e}") from None
-                work += len(chunk) + _PARTITION_WORK
-                if work >= _STEP_WORK:
-                    work = 0
-                    yield
         new = 0
         reported = shuffle.reported
         for partition_id, batch in batches:
@@ -229,6 +292,59 @@ class AppState:
                 work = 0
                 yield
         return new
+
+    def _checked_batches(self, shuffle: ShuffleState, partition_to_block_ids: Iterable[tuple[int, Iterable[int]]],
+                         ) -> Generator[None, None, list[tuple[int, array]]]:
+        """The check pass of ``report_steps``: the report's ids as checked batches, or a refusal."""
+        shuffle_id = shuffle.shuffle_id
+        limits = self.limits
+        batches: list[tuple[int, array]] = []
+        work = 0
+        total = 0  # ids (a partition counts one at least) against report_block_id_number_max_limit
+        unknown: list[int] = []
+        unknown_count = 0
+        for partition_id, block_ids in partition_to_block_ids:
+            if not _is_sequence(block_ids):
+                block_ids = list(block_ids)  # a generator or a set: nothing to slice
+            n = len(block_ids)
+            total += max(n, 1)
+            if total > limits.report_max_ids:
+                raise InvalidRequestError(
+                    f"reportShuffleResult carries more than {limits.report_max_ids} block ids "
+                    f"([app_config] report_block_id_number_max_limit; a partition counts one at least); "
+                    f"refused, nothing was added")
+            if n > limits.report_max_partition_ids:
+                raise InvalidRequestError(
+                    f"reportShuffleResult carries {n} block ids for partition {partition_id}, more than "
+                    f"{limits.report_max_partition_ids} ([app_config] report_partition_block_id_number_max_limit); "
+                    f"refused, nothing was added")
+            if not shuffle.is_registered(partition_id):
+                unknown_count += 1
+                if len(unknown) < _NAMED_IN_REFUSAL:
+                    unknown.append(partition_id)
+                work += _PARTITION_WORK
+                if work >= _STEP_WORK:
+                    work = 0
+                    yield
+                continue
+            if unknown_count:
+                continue  # refused anyway: convert nothing more
+            for start in range(0, max(n, 1), _IDS_PER_CHUNK):
+                # a slice even when it is the whole: a protobuf field converts faster as a list
+                chunk = block_ids[start:start + _IDS_PER_CHUNK]
+                try:
+                    batches.append((partition_id, id_array(chunk)))
+                except ProtocolError as e:
+                    raise InvalidRequestError(f"partition {partition_id}: {e}") from None
+                work += len(chunk) + _PARTITION_WORK
+                if work >= _STEP_WORK:
+                    work = 0
+                    yield
+        if unknown_count:
+            raise InvalidRequestError(
+                f"reportShuffleResult names {unknown_count} partitions of shuffle {shuffle_id} that are not "
+                f"registered on this server: {_named(unknown, unknown_count)}; refused, nothing was added")
+        return batches
 
     def shuffle_result(self, shuffle_id: int, partition_ids: Iterable[int]) -> bytes:
         """Union of the reported ids of the partitions, in the Java Roaring64 legacy format."""

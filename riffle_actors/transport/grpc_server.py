@@ -258,11 +258,16 @@ class ShuffleServerServicer(pb_grpc.ShuffleServerServicer):
                                 request.appId)
 
     async def startSortMerge(self, request, context):
-        return pb.StartSortMergeResponse(status=int(StatusCode.INTERNAL_ERROR), retMsg="Remote merge is disabled")
+        async def body():
+            await self.service.remote_merge(request.appId, request.shuffleId, request.partitionId)
+            return {}
+        return await self._call("startSortMerge", pb.StartSortMergeResponse, body, request.appId)
 
     async def getSortedShuffleData(self, request, context):
-        return pb.GetSortedShuffleDataResponse(status=int(StatusCode.INTERNAL_ERROR),
-                                               retMsg="Remote merge is disabled")
+        async def body():
+            await self.service.remote_merge(request.appId, request.shuffleId, request.partitionId)
+            return {}
+        return await self._call("getSortedShuffleData", pb.GetSortedShuffleDataResponse, body, request.appId)
 
 
 async def start_grpc_server(servicer: ShuffleServerServicer, host: str, port: int,

@@ -516,7 +516,7 @@ class UrpcConnection(asyncio.BufferedProtocol):
                                          storage_ids if self.server.index_v2 else None)
             return [head, index]
         if isinstance(request, GetSortedShuffleData):
-            return [encode_sorted_response(rid, StatusCode.INTERNAL_ERROR, "Remote merge is disabled")]
+            return await svc.remote_merge(request.app_id)  # the app id checked, then INTERNAL_ERROR
         raise AssertionError(f"unhandled request {type(request).__name__}")
 
     def _error_reply(self, type_: int, request_id: int, status: int, msg: str) -> bytes:

@@ -17,7 +17,7 @@ import pytest
 from riffle_actors.actors.app import (
     AppActor,
     AppendBlocks,
-    CheckHugePartitions,
+    CheckBufferRequest,
     FinishShuffle,
     GetAppInfo,
     GetMemoryData,
@@ -254,7 +254,7 @@ async def test_finish_shuffle_answers_once_every_batch_is_on_disk(system: ActorS
 async def test_huge_partitions_get_backpressure_and_a_spill(system: ActorSystem, clock: ManualClock) -> None:
     rig = await make_rig(system, clock, spill_bytes=1 << 20, huge_threshold=3000, huge_spill=1 << 20)
     await rig.send({0: [blk(i) for i in range(4)], 1: [blk(10)]})
-    check = CheckHugePartitions(shuffle_id=0, partition_ids=(1, 0), limit_bytes=2000)
+    check = CheckBufferRequest(shuffle_id=0, partition_ids=(1, 0), limit_bytes=2000)
     with pytest.raises(HugePartitionBackpressureError):
         await rig.app.ask(check)
     await rig.read(0)  # the spill order reached the partition before this read

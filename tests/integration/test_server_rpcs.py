@@ -537,10 +537,11 @@ async def test_local_files_after_finish(server: ShuffleServer, client: UniffleCl
     # a 0.9 client sends no storageId (0 on the wire): the single file is meant
     legacy = await stub.getLocalShuffleData(data_req(1, third.offset, third.length, 0))
     assert legacy.status == S.SUCCESS and legacy.data == p1[2].data
-    # beyond the end of the file: an error, never a short answer
+    # beyond the end of the file: the client's mistake (INVALID_REQUEST), never a short answer
     for offset, length in ((ix.dataFileLen - 10, 20), (ix.dataFileLen + 100, 1)):
         resp = await stub.getLocalShuffleData(data_req(1, offset, length, storage_id))
-        assert resp.status == S.INTERNAL_ERROR and resp.data == b""
+        assert resp.status == S.INVALID_REQUEST and resp.data == b""
+        assert "past the end of the data file" in resp.retMsg
     resp = await stub.getLocalShuffleData(data_req(1, -1, 10, storage_id))
     assert resp.status == S.INVALID_REQUEST
     # memory is empty once everything is on disk; the reader gets everything from the files
@@ -631,7 +632,10 @@ async def test_unregister_shuffle(server: ShuffleServer, client: UniffleClient, 
     # the purged one is gone
     assert seg_ids(await stub.getMemoryShuffleData(memory_req(0))) == []
     assert (await read_index(stub, 0)).indexData == b""
-    t = await ticket(stub, 100)
+    # no ticket for it any more (a ticket is only for a registered shuffle), and a send is refused too
+    resp = await stub.requireBuffer(pb.RequireBufferRequest(requireSize=100, appId=APP, shuffleId=0))
+    assert (resp.status, resp.requireBufferId) == (S.NO_REGISTER, -1) and "shuffle 0" in resp.retMsg
+    t = await ticket(stub, 100, shuffle_id=1)
     resp = await stub.sendShuffleData(client.send_request(APP, 0, t, make_blocks(0, 9, 1, 10)))
     assert resp.status == S.NO_REGISTER
 

@@ -259,7 +259,8 @@ async def test_partition_files_on_two_disks(server_factory) -> None:
 
 # ---------------------------------------------------------------------------- expiry (ManualClock)
 async def test_ticket_expiry_releases_allocated_memory(server_factory, manual_clock: ManualClock) -> None:
-    srv = await server_factory(clock=manual_clock, capacity="1M")
+    # one app takes 900K of the 1M in tickets here: let it hold all of capacity
+    srv = await server_factory(clock=manual_clock, capacity="1M", memory_store={"app_buffer_ticket_max_ratio": 1.0})
     timeout = srv.cfg.memory_store.buffer_ticket_timeout_sec
     async with client_for(srv) as client:
         await client.register_shuffle(APP, 0, [0])

@@ -197,7 +197,7 @@ async def test_local_data_replies_are_byte_exact_by_sendfile_and_by_copy(server_
         # a range beyond the file is an error reply, and the connection goes on
         rid = conn.next_id()
         r = await conn.request(urpc.encode_get_local_data(rid, APP, 0, 0, len(data) - 1, 2), rid)
-        assert r.type == T.GET_LOCAL_SHUFFLE_DATA_RESPONSE and r.status != S.SUCCESS and "ends before" in r.ret_msg
+        assert r.type == T.GET_LOCAL_SHUFFLE_DATA_RESPONSE and r.status == S.INVALID_REQUEST and "past the end" in r.ret_msg
         rid = conn.next_id()
         r = await conn.request(urpc.encode_get_local_data(rid, APP, 0, 0, 0, 10), rid)
         assert r.status == S.SUCCESS and bytes(r.body) == data[:10]
