@@ -303,7 +303,7 @@ class MemoryStoreConfig(StrictModel):
 
 
 class IoLimiterConfig(StrictModel):
-    """``[localfile_store.io_limiter]`` (Riffle's, same semantics): a byte throughput limit per disk.
+    """``[localfile_store.io_limiter]`` (Riffle's keys and defaults): a byte throughput limit per disk.
 
     One token bucket per data path, shared by its reads and writes: ``capacity`` bytes per second,
     bursts of up to one second's worth. Spill appends are charged their data bytes, data reads their

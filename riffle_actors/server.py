@@ -330,6 +330,11 @@ class ShuffleServer:
                 logger.info("disk {}: throughput limited to {} bytes/s (io_limiter; reads {}, writes {})", path,
                             limiter.capacity, "limited" if limiter.read_enable else "not limited",
                             "limited" if limiter.write_enable else "not limited")
+                one_buffer = cfg.hybrid_store.memory_single_buffer_max_spill_size
+                if limiter.write_enable and one_buffer and one_buffer > limiter.capacity * ls.disk_io_timeout_sec:
+                    logger.warning("disk {}: a spill batch of memory_single_buffer_max_spill_size ({} bytes) waits "
+                                   "longer than disk_io_timeout_sec ({}s) for io_limiter.capacity ({} bytes/s) and "
+                                   "would time out", path, one_buffer, ls.disk_io_timeout_sec, limiter.capacity)
             res = self._disk_resources[path] = DiskResources(
                 path, path, local_io=self._local_io_factory(path, path) if self._local_io_factory else real_io,
                 write_threads=ls.disk_write_threads, read_threads=ls.disk_read_threads,

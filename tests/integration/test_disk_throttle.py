@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import aiohttp
 import pytest
+from loguru import logger
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers import poll_until
@@ -111,3 +112,17 @@ async def test_without_io_limiter_nothing_is_throttled(server_factory) -> None:
     m = await _write_spill_read(srv, make_blocks(0, 1, 12, 100_000))  # above the 1M single-buffer limit
     assert _sum(m, "riffle_spill_bytes_total") == 1_200_000
     assert "riffle_disk_throttle_bytes_total" not in m and "riffle_disk_throttled_seconds_total" not in m
+
+
+async def test_a_limit_too_low_for_one_spill_batch_is_warned_at_start(server_factory) -> None:
+    notes: list[str] = []
+    sink = logger.add(lambda m: notes.append(m.record["message"]), level="INFO", format="{message}")
+    try:
+        await server_factory(disks=1, localfile_store={"io_limiter": {"capacity": "1M"}, "disk_io_timeout_sec": 0.5})
+        await server_factory(disks=1, localfile_store={"io_limiter": {"capacity": "1M", "write_enable": False},
+                                                       "disk_io_timeout_sec": 0.5})
+    finally:
+        logger.remove(sink)
+    assert len([n for n in notes if "throughput limited to 1048576 bytes/s" in n]) == 2, notes
+    # the 1M single-buffer batch needs 1 s at 1M/s, above the 0.5 s IO timeout (writes limited only)
+    assert len([n for n in notes if "waits longer than disk_io_timeout_sec (0.5s)" in n]) == 1, notes
