@@ -310,11 +310,17 @@ class MemoryStoreConfig(StrictModel):
 
 
 class IoLimiterConfig(StrictModel):
-    """``[localfile_store.io_limiter]`` (Riffle): a throughput limit per disk. Not built here."""
+    """``[localfile_store.io_limiter]`` (Riffle's keys and defaults): a byte throughput limit per disk.
 
-    capacity: ByteSize = Field(description="bytes per second of one disk")
-    read_enable: bool = Field(True, description="throttle reads")
-    write_enable: bool = Field(True, description="throttle writes")
+    One token bucket per data path, shared by its reads and writes: ``capacity`` bytes per second,
+    bursts of up to one second's worth. Spill appends are charged their data bytes, data reads their
+    length, index reads their size; the wait is slept on the disk's IO threads (never the event loop)
+    and counts towards ``disk_io_timeout_sec``. A request larger than ``capacity`` waits for it in full
+    (Riffle passes it unthrottled). See docs/storage.md "Disk throttle"."""
+
+    capacity: ByteSize = Field(gt=0, description="bytes per second of one disk (also the burst)")
+    read_enable: bool = Field(True, description="throttle reads (index and data reads served to clients)")
+    write_enable: bool = Field(True, description="throttle writes (spill appends)")
 
 
 class ReadAheadConfig(StrictModel):
@@ -399,9 +405,7 @@ class LocalfileStoreConfig(StrictModel):
         json_schema_extra=riffle_key(RiffleKind.NOT_YET, "index files are checked at restart recovery only",
                                      inert=False))
     io_limiter: IoLimiterConfig | None = Field(
-        None, description="Riffle's disk throughput limit",
-        json_schema_extra=riffle_key(RiffleKind.NOT_YET, "no disk throttle here (concurrency limits only: "
-                                                          "disk_write_threads, disk_read_threads)"))
+        None, description="Riffle's disk throughput limit per disk (disk throttle; unset = not limited)")
     read_ahead_options: ReadAheadConfig | None = Field(
         None, description="Riffle's read-ahead of data files",
         json_schema_extra=riffle_key(RiffleKind.NOT_YET, "no read-ahead here (the page cache's own only)"))

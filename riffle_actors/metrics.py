@@ -383,6 +383,13 @@ class Metrics:
             "riffle_spill_tier_choices", "tier chosen per spill attempt and why (store_type with HDFS): reason "
             "huge_partition, cold_threshold, no_healthy_disk, memory_hdfs, localfile, no_remote_storage; "
             "hdfs_unhealthy / hdfs_failed are fallbacks to local disk", ["tier", "reason"], registry=r)
+        # [localfile_store.io_limiter]: counted from the disks' IO threads (prometheus counters are thread-safe)
+        self.disk_throttled_seconds = Counter(
+            "riffle_disk_throttled_seconds", "seconds disk IO waited for the disk throttle (io_limiter); op read "
+            "or write", ["disk", "op"], registry=r)
+        self.disk_throttle_bytes = Counter(
+            "riffle_disk_throttle_bytes", "bytes charged to the disk throttle (io_limiter); op read or write",
+            ["disk", "op"], registry=r)
         self.snapshot = StateSnapshot()
         r.register(_StateCollector(self))
         self.loop_lag = LoopLagMonitor()  # started and stopped by the server, on its loop
@@ -398,6 +405,12 @@ class Metrics:
         self.spill_bytes.labels(disk).inc(data_bytes)
         self.spill_batch_bytes.observe(data_bytes)
         self.spill_seconds.labels(disk).observe(seconds)
+
+    def on_disk_throttle(self, disk: str, op: str, nbytes: int, wait_s: float) -> None:
+        """One charge of a disk's throttle (called on its IO thread)."""
+        self.disk_throttle_bytes.labels(disk, op).inc(nbytes)
+        if wait_s > 0:
+            self.disk_throttled_seconds.labels(disk, op).inc(wait_s)
 
     def on_recovered(self, *, seconds: float, apps: int, partitions: int, lost_blocks: int, removed: int,
                      remote_storage_refused: int = 0) -> None:

@@ -44,6 +44,7 @@ import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 
 from loguru import logger
 
@@ -56,7 +57,7 @@ from riffle_actors.actors.app_manager import (
     CheckExpiredApps,
     FlushAllApps,
 )
-from riffle_actors.actors.disk import DiskActor, DiskResources, RetryFailedPurges
+from riffle_actors.actors.disk import DiskActor, DiskResources, DiskThrottle, RetryFailedPurges
 from riffle_actors.actors.disk_monitor import DiskMonitorActor
 from riffle_actors.actors.hdfs_writer import (
     AllowedRemoteStorages,
@@ -323,12 +324,29 @@ class ShuffleServer:
         self.disks = []
         ls = cfg.localfile_store
         real_io = RealLocalIO(direct_io=ls.direct_io_append_enable)
+        limiter = ls.io_limiter
         for path in ls.data_paths:
-            # created once per disk: threads, IO layer and fences survive Disk actor restarts
+            # created once per disk: threads, IO layer, throttle and fences survive Disk actor restarts
+            throttle = None
+            if limiter is not None and (limiter.read_enable or limiter.write_enable):
+                throttle = DiskThrottle(limiter.capacity, read=limiter.read_enable, write=limiter.write_enable,
+                                        on_charged=partial(self.metrics.on_disk_throttle, path))
+                for op, on in (("read", limiter.read_enable), ("write", limiter.write_enable)):
+                    if on:  # the series exist (at 0) from the start
+                        self.metrics.disk_throttled_seconds.labels(path, op)
+                        self.metrics.disk_throttle_bytes.labels(path, op)
+                logger.info("disk {}: throughput limited to {} bytes/s (io_limiter; reads {}, writes {})", path,
+                            limiter.capacity, "limited" if limiter.read_enable else "not limited",
+                            "limited" if limiter.write_enable else "not limited")
+                one_buffer = cfg.hybrid_store.memory_single_buffer_max_spill_size
+                if limiter.write_enable and one_buffer and one_buffer > limiter.capacity * ls.disk_io_timeout_sec:
+                    logger.warning("disk {}: a spill batch of memory_single_buffer_max_spill_size ({} bytes) waits "
+                                   "longer than disk_io_timeout_sec ({}s) for io_limiter.capacity ({} bytes/s) and "
+                                   "would time out", path, one_buffer, ls.disk_io_timeout_sec, limiter.capacity)
             res = self._disk_resources[path] = DiskResources(
                 path, path, local_io=self._local_io_factory(path, path) if self._local_io_factory else real_io,
                 write_threads=ls.disk_write_threads, read_threads=ls.disk_read_threads,
-                io_timeout_s=ls.disk_io_timeout_sec)
+                io_timeout_s=ls.disk_io_timeout_sec, throttle=throttle)
             spec = ChildSpec(f"disk:{path}", lambda p=path, r=res: DiskActor(p, p, resources=r))
             self.disks.append((path, await system.start_child(storage, spec)))
         hs = cfg.hybrid_store

@@ -31,6 +31,13 @@ order. Purges are idempotent (deleting what is gone is a no-op) and an app purge
 failed is retried by the next ``PurgeFiles``, by every new incarnation and by ``RetryFailedPurges``
 (told by the timer every app expiry check interval), until it succeeds or the app id registers again, so a purged app's files are not leaked by a crash or a transient IO error.
 
+**Disk throttle** (``[localfile_store.io_limiter]``, Riffle's): a ``DiskThrottle`` in the
+``DiskResources`` (one token bucket per disk, ``riffle_actors.state.throttle``) charges each spill
+append its data bytes before the write, each data read its length before the read and each index
+read its size after it; the wait is slept on the disk's own thread, inside the queued job. So the
+event loop never waits and jobs keep their order, and (as under Riffle's TimeoutLayer) the wait
+counts towards ``disk_io_timeout_sec``.
+
 Its messages, replies and errors live in ``riffle_actors.actors.storage_messages``.
 
 See also: ``riffle_actors.io.localfile`` (the blocking operations), ``riffle_actors.actors.spill``,
@@ -41,7 +48,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
+import time
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -66,8 +76,61 @@ from riffle_actors.errors import RiffleError
 from riffle_actors.io.local import LOCAL_IO, LocalIO
 from riffle_actors.io.meta_store import meta_path
 from riffle_actors.runtime import Actor, ActorRef
+from riffle_actors.state.throttle import TokenBucket
 
 _FENCE_LIMIT = 10_000
+
+
+class DiskThrottle:
+    """The disk's byte throughput limit (``[localfile_store.io_limiter]``), used on its IO threads.
+
+    One ``TokenBucket`` per disk, shared by its writer and reader threads (as Riffle shares one
+    limiter between a disk's reads and writes). ``wait(op, n)`` charges ``n`` bytes and sleeps the
+    answered wait on the calling thread: those threads belong to the disk, so the event loop never
+    waits, and a queued job keeps its place (a purge still runs after the writes before it).
+    ``on_charged(op, n, wait_s)`` is called for every charge (the server counts it in metrics).
+    ``clock``/``sleep`` are injectable for tests.
+    """
+
+    def __init__(self, capacity: int, *, read: bool = True, write: bool = True,
+                 on_charged: Callable[[str, int, float], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep):
+        self.read = read
+        self.write = write
+        self._clock = clock
+        self._sleep = sleep
+        self._on_charged = on_charged
+        self._lock = threading.Lock()
+        self.bucket = TokenBucket(capacity, now=clock())
+
+    def wait(self, op: str, n: int) -> float:
+        """Charge ``n`` bytes of ``op`` ("read" or "write"), sleep the wait; the seconds slept."""
+        if n <= 0:
+            return 0.0
+        with self._lock:
+            wait = self.bucket.acquire(n, self._clock())
+        if self._on_charged is not None:
+            self._on_charged(op, n, wait)
+        if wait > 0:
+            self._sleep(wait)
+        return wait
+
+
+def _write_throttled(throttle: DiskThrottle, fn, *args):
+    """On a writer thread: wait for the batch's data bytes, then append it."""
+    throttle.wait("write", sum(len(b.data) for b in args[-1]))
+    return fn(*args)
+
+
+def _read_throttled(throttle: DiskThrottle, length: int | None, fn, *args):
+    """On a reader thread: wait for ``length`` bytes then read; ``None``: read the index, then
+    wait for its size (not known before)."""
+    if length is not None:
+        throttle.wait("read", length)
+        return fn(*args)
+    out = fn(*args)
+    throttle.wait("read", len(out[0]))
+    return out
 
 
 @dataclass(eq=False)
@@ -84,6 +147,7 @@ class DiskResources:
     read_threads: int = 2
     io_timeout_s: float | None = None
     monitor: ActorRef | None = None
+    throttle: DiskThrottle | None = None  # [localfile_store.io_limiter]; None: not limited
     # purged apps / shuffles -> newest fenced shuffle epoch, newest last; bounded so a
     # long-lived server does not grow
     fenced: OrderedDict[tuple[str, int | None], int] = field(default_factory=OrderedDict)
@@ -175,17 +239,17 @@ class DiskActor(Actor):
                 if self._is_fenced(msg.app_id, msg.shuffle_id, msg.epoch):
                     raise AppPurgedError(f"app {msg.app_id} shuffle {msg.shuffle_id} was purged")
                 return self._finish_write(msg, loop.run_in_executor(
-                    self.res.writer, self.res.local_io.append_batch, self.root, msg.app_id, msg.shuffle_id,
-                    msg.partition_id, msg.blocks))
+                    self.res.writer, self._throttled_write(self.res.local_io.append_batch), self.root, msg.app_id,
+                    msg.shuffle_id, msg.partition_id, msg.blocks))
             case ReadIndex():
                 return self._wrap("read index", loop.run_in_executor(
-                    self.res.reader, self.res.local_io.read_index, self.root, msg.app_id, msg.shuffle_id,
-                    msg.partition_id))
+                    self.res.reader, self._throttled_read(None, self.res.local_io.read_index), self.root,
+                    msg.app_id, msg.shuffle_id, msg.partition_id))
             case ReadData():
+                read = self.res.local_io.open_data if msg.as_file else self.res.local_io.read_data
                 return self._wrap("read data", loop.run_in_executor(
-                    self.res.reader, self.res.local_io.open_data if msg.as_file else self.res.local_io.read_data,
-                    self.root, msg.app_id, msg.shuffle_id,
-                    msg.partition_id, msg.offset, msg.length))
+                    self.res.reader, self._throttled_read(msg.length, read), self.root, msg.app_id,
+                    msg.shuffle_id, msg.partition_id, msg.offset, msg.length))
             case PurgeFiles():
                 key = (msg.app_id, msg.shuffle_id)
                 self._fenced[key] = max(self._fenced.pop(key, -1), msg.epoch)
@@ -218,6 +282,16 @@ class DiskActor(Actor):
                 return self._info(loop.run_in_executor(self.res.reader, self.res.local_io.usage, self.root))
             case _:
                 raise TypeError(f"unexpected message {msg!r}")
+
+    def _throttled_write(self, fn):
+        """``fn`` behind the disk throttle when writes are limited (``io_limiter.write_enable``)."""
+        t = self.res.throttle
+        return partial(_write_throttled, t, fn) if t is not None and t.write else fn
+
+    def _throttled_read(self, length: int | None, fn):
+        """``fn`` behind the disk throttle when reads are limited (``io_limiter.read_enable``)."""
+        t = self.res.throttle
+        return partial(_read_throttled, t, length, fn) if t is not None and t.read else fn
 
     def _submit_purge(self, app_id: str, shuffle_id: int | None) -> asyncio.Future:
         """Queue a deletion on the writer thread. It runs whatever happens to this incarnation (a crash
