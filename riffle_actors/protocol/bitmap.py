@@ -42,7 +42,7 @@ import sys
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Generator, Iterable, Iterator, Sequence, Sized
-from itertools import islice
+from itertools import filterfalse, islice
 
 from pyroaring import BitMap, BitMap64
 
@@ -265,7 +265,7 @@ class BlockIdSet:
     ``int`` (pyroaring would truncate a float rather than reject it).
     """
 
-    __slots__ = ("_bitmap", "_len", "_containers")
+    __slots__ = ("_bitmap", "_containers", "_len")
 
     def __init__(self, ids: Iterable[int] | None = None) -> None:
         self._bitmap = BitMap64()
@@ -340,10 +340,10 @@ class BlockIdSet:
 
         The cost is the batch's, never the set's: CRoaring's 64-bit ``len`` and in-place OR walk
         every container of the set (~11 ms and ~50 ms at 2M containers, the layout of a hot
-        partition whose ids all differ in their high 32 bits). The batch goes to a small bitmap,
-        the ids already present are counted with ``intersection_cardinality`` (which skips to the
-        batch's containers) and the batch is added with ``add_many``; the set's cardinality and
-        a bound on its containers are kept up to date from the batch.
+        partition whose ids all differ in their high 32 bits). The ids not yet present are found
+        by membership tests (~0.5 us each; a batch bitmap plus ``intersection_cardinality`` cost
+        twice that), the batch is added with ``add_many``, and the set's cardinality and a bound on
+        its containers are kept up to date from the batch.
         """
         if isinstance(block_ids, BlockIdSet):
             before = len(self)
@@ -353,17 +353,18 @@ class BlockIdSet:
             block_ids = id_array(block_ids)
         if not block_ids:
             return 0
-        batch = BitMap64(block_ids, optimize=False)
         bitmap = self._bitmap
-        new = len(batch) - (bitmap.intersection_cardinality(batch) if bitmap else 0)
+        if bitmap:
+            missing = list(filterfalse(bitmap.__contains__, block_ids))
+            new = len(missing) if len(missing) <= 1 else len(set(missing))
+        else:
+            new = len(set(block_ids))
+        bitmap.update(block_ids)
         if self._len < 0:
-            bitmap.update(block_ids)
             self._len = len(bitmap)  # once, after a mutator that lost count
         else:
-            bitmap.update(block_ids)
             self._len += new
-        if new:
-            self._containers += batch.get_statistics()["n_containers"]
+        self._containers += new  # a new id adds at most one container
         return new
 
     def union_update(self, other: BlockIdSet | Iterable[int]) -> None:
@@ -637,7 +638,7 @@ class _LegacyWriter:
     and a mixed one costs ~2 us per high. The last bucket of a chunk stays open for the next.
     """
 
-    __slots__ = ("_parts", "_buckets", "_high", "_lows")
+    __slots__ = ("_buckets", "_high", "_lows", "_parts")
 
     def __init__(self) -> None:
         self._parts: list[bytes] = []
