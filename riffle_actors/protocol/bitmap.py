@@ -26,10 +26,14 @@ Python. Conversion to and from the wire only rewrites bucket headers: CRoaring's
 64-bit portable format is ``u64 LE count`` then ``(u32 LE high, 32-bit portable bitmap)``
 per bucket, so the inner bitmaps are copied byte for byte and never re-encoded.
 
-For shuffles with millions of ids, two helpers keep the work bounded and cheap: ``id_array``
-checks a batch of ids in C (``BlockIdSet.update`` then adds it with one ``add_many``), and
-``union_serialize_steps`` unions many sets pairwise, one C call per step, so that a caller on
-the event loop can pause between steps (``riffle_actors.state.app_state``).
+For shuffles with millions of ids, the work stays bounded per call whatever the ids' layout:
+``id_array`` checks a batch of ids in C (``BlockIdSet.update_and_count`` then adds it with one
+``add_many``, counting the new ids by membership, never with the set's O(containers) ``len``), and
+``union_serialize_steps`` merges and encodes sets in steps of at most ``STEP_IDS`` ids, also
+inside one set (chunked reads, ``_LegacyWriter``), so that a caller on the event loop can pause
+between steps (``riffle_actors.state.app_state``). ``BlockIdSet.serialize`` stays the one-shot
+reference the steps are tested against. ``TaskIdFilter`` loads a client's bitmap in pieces of at
+most ``_FILTER_PIECE_BUCKETS`` buckets.
 
 Ids are non-negative Java longs, i.e. ``0 <= id < 2**63``; anything else is rejected
 with ``ProtocolError`` (field ``block_id`` on input, ``bitmap.bucket[i].high`` on decode).
