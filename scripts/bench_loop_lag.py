@@ -13,6 +13,18 @@ Starts ``riffle-server`` as a separate process on a temporary data dir, then two
 Each map task writes ``--ids-per-task`` blocks to consecutive partitions (wrapping at ``--partitions``),
 with Spark's default block-id layout (21/20/22 bits). A baseline window without load comes first.
 
+``--layout`` (comma-separated; each runs against a fresh server) picks adversarial id layouts
+instead of the Spark workload above ("spark"); each is one ``reportShuffleResult`` carrying every id,
+then one ``getShuffleResultForMultiPart`` over every partition:
+
+- ``distinct-highs``: ``--ids`` ids in one partition, every id with a high 32-bit word of its own
+  (one Roaring64 bucket per id: the layout a hot partition gets from Uniffle's block ids);
+- ``equal-highs``: ``--ids`` ids in one partition, all in one high word (one dense bucket);
+- ``huge-partition``: ``--ids`` ids in one partition, Spark block ids of 1000 map tasks;
+- ``tiny-partitions``: ``--tiny-partitions`` partitions of ``--tiny-ids`` Spark block ids each.
+
+The last lines give the worst lag per layout: the probe's heartbeat max and the server's gauge.
+
 Prints, per phase: the probe's heartbeat latency (p50/p99/max), the worst event-loop lag the server
 itself measured (its ``riffle_server_event_loop_lag_seconds`` gauge, read from ``/metrics`` every
 ``--scrape-ms``; "n/a" when the server has no such gauge) and the heavy RPCs' own durations.
@@ -20,6 +32,7 @@ A benchmark, not a test: nothing is asserted about timings; the exit code is 1 o
 result misses ids.
 
     python scripts/bench_loop_lag.py [--tasks 1000] [--ids-per-task 2000] [--partitions 20000]
+    python scripts/bench_loop_lag.py --layout distinct-highs,equal-highs,huge-partition,tiny-partitions
 
 Figures vary run to run on a shared 2-core box (the three processes share the cores).
 """
@@ -100,6 +113,28 @@ def block_ids_by_task(tasks: int, ids_per_task: int, partitions: int) -> list[di
     return out
 
 
+def layout_block_ids(layout: str, args: dict) -> dict[int, list[int]]:
+    """partition -> block ids of one adversarial layout (see the module docstring)."""
+    import random
+
+    from riffle_actors.protocol.blockid import SPARK_DEFAULT
+
+    rng = random.Random(17)
+    n = args["ids"]
+    if layout == "distinct-highs":
+        return {0: [(i << 32) | rng.randrange(1 << 32) for i in range(n)]}
+    if layout == "equal-highs":
+        return {0: [(5 << 32) | low for low in rng.sample(range(1 << 32), n)]}
+    if layout == "huge-partition":
+        tasks = 1000
+        return {0: [SPARK_DEFAULT.get_block_id(k // tasks, 0, k % tasks) for k in range(n)]}
+    if layout == "tiny-partitions":
+        per = args["tiny_ids"]
+        return {p: [SPARK_DEFAULT.get_block_id(seq, p, p % 1000) for seq in range(per)]
+                for p in range(args["tiny_partitions"])}
+    raise SystemExit(f"unknown layout {layout!r}")
+
+
 def run_heavy(port: int, args: dict, out: mp.Queue) -> None:
     """The phases described in the module docstring; puts a list of phase records."""
     import grpc
@@ -109,8 +144,13 @@ def run_heavy(port: int, args: dict, out: mp.Queue) -> None:
     from riffle_actors.protocol.proto import uniffle_pb2 as pb
     from riffle_actors.protocol.proto import uniffle_pb2_grpc as pbg
 
-    partitions = args["partitions"]
-    by_task = block_ids_by_task(args["tasks"], args["ids_per_task"], partitions)
+    layout = args["layout"]
+    if layout == "spark":
+        partitions = args["partitions"]
+        by_task = block_ids_by_task(args["tasks"], args["ids_per_task"], partitions)
+    else:
+        by_task = [layout_block_ids(layout, args)]
+        partitions = max(by_task[0]) + 1
     expected = sum(len(ids) for task in by_task for ids in task.values())
 
     def request(shuffle_id: int, task: int, per_partition: dict[int, list[int]]) -> pb.ReportShuffleResultRequest:
@@ -119,7 +159,8 @@ def run_heavy(port: int, args: dict, out: mp.Queue) -> None:
             partitionToBlockIds=[pb.PartitionToBlockIds(partitionId=p, blockIds=ids)
                                  for p, ids in sorted(per_partition.items())])
 
-    task_requests = [request(0, task, per_partition) for task, per_partition in enumerate(by_task)]
+    task_requests = ([request(0, task, per_partition) for task, per_partition in enumerate(by_task)]
+                     if layout == "spark" else [])
     merged: dict[int, list[int]] = {}
     for per_partition in by_task:
         for p, ids in per_partition.items():
@@ -158,6 +199,14 @@ def run_heavy(port: int, args: dict, out: mp.Queue) -> None:
 
             # 1. one report per map task, several in flight (executors report as their tasks end)
             await asyncio.sleep(args["gap_s"])
+            if not task_requests:  # an adversarial layout: only the single huge report
+                start = time.monotonic()
+                took = await timed(stub.reportShuffleResult, huge_request)
+                phases.append({"name": f"{layout}: 1 report of {expected} ids", "start": start,
+                               "end": time.monotonic(), "rpc": "report", "durations": [took]})
+                await get_all(1, f"{layout}: get, all partitions")
+                await asyncio.sleep(args["gap_s"])
+                return phases
             sem = asyncio.Semaphore(args["inflight"])
             durations: list[float] = []
 
@@ -247,17 +296,38 @@ class LagTrace:
 # ----------------------------------------------------------------------------- main
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layout", default="spark",
+                    help="comma-separated: spark, distinct-highs, equal-highs, huge-partition, tiny-partitions")
     ap.add_argument("--tasks", type=int, default=1000, help="map tasks, one report each")
     ap.add_argument("--ids-per-task", type=int, default=2000, help="block ids per map task")
     ap.add_argument("--partitions", type=int, default=20000, help="reduce partitions")
+    ap.add_argument("--ids", type=int, default=2_000_000, help="ids of the one-partition layouts")
+    ap.add_argument("--tiny-partitions", type=int, default=200_000, help="partitions of tiny-partitions")
+    ap.add_argument("--tiny-ids", type=int, default=10, help="ids per partition of tiny-partitions")
     ap.add_argument("--inflight", type=int, default=8, help="task reports in flight at once")
     ap.add_argument("--probe-interval-ms", type=float, default=10.0)
     ap.add_argument("--baseline-s", type=float, default=3.0, help="probe-only window before the load")
     ap.add_argument("--scrape-ms", type=float, default=250.0, help="period of the /metrics scrapes")
     ap.add_argument("--capacity", default="256M", help="server memory capacity")
     opts = ap.parse_args()
+    bad = 0
+    summary = []
+    for layout in opts.layout.split(","):
+        failed, worst_probe, worst_lag, heavy = run_layout(opts, layout.strip())
+        bad += failed
+        summary.append((layout, worst_probe, worst_lag, heavy))
+    print("worst lag per layout (probe heartbeat max under load / server loop-lag gauge max):")
+    for layout, worst_probe, worst_lag, heavy in summary:
+        lag_text = "n/a" if worst_lag is None else f"{worst_lag * 1000:.1f} ms"
+        print(f"  {layout:16} probe max {worst_probe * 1000:7.1f} ms, loop lag {lag_text:>9}; {heavy}")
+    return 1 if bad else 0
+
+
+def run_layout(opts: argparse.Namespace, layout: str) -> tuple[int, float, float | None, str]:
+    """One layout against a fresh server; prints its table. (missing-id count, probe max, lag max, RPC times)."""
     args = {"tasks": opts.tasks, "ids_per_task": opts.ids_per_task, "partitions": opts.partitions,
-            "inflight": opts.inflight, "gap_s": 0.5}
+            "inflight": opts.inflight, "gap_s": 0.5, "layout": layout, "ids": opts.ids,
+            "tiny_partitions": opts.tiny_partitions, "tiny_ids": opts.tiny_ids}
 
     work = Path(tempfile.mkdtemp(prefix="riffle-bench-lag-"))
     server, grpc_port, http_port = start_server(work, opts.capacity)
@@ -304,27 +374,35 @@ def main() -> int:
             server.kill()
         shutil.rmtree(work, ignore_errors=True)
 
-    total = opts.tasks * opts.ids_per_task
-    print(f"workload: {opts.tasks} map tasks x {opts.ids_per_task} block ids = {total} ids over "
-          f"{opts.partitions} partitions; {opts.inflight} task reports in flight; probe: appHeartbeat every "
-          f"{opts.probe_interval_ms:g} ms")
+    if layout == "spark":
+        total = opts.tasks * opts.ids_per_task
+        print(f"workload: {opts.tasks} map tasks x {opts.ids_per_task} block ids = {total} ids over "
+              f"{opts.partitions} partitions; {opts.inflight} task reports in flight; probe: appHeartbeat every "
+              f"{opts.probe_interval_ms:g} ms")
+    else:
+        print(f"workload: layout {layout}; probe: appHeartbeat every {opts.probe_interval_ms:g} ms")
     print(f"{'phase':30} {'secs':>6} {'probes':>6} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} "
           f"{'loop lag ms':>11}  heavy RPCs")
     failed = sum(1 for _, _, status in samples if status != 0)
     rows = [{"name": "baseline (no load)", "start": base_start, "end": base_end}] + phases
     load_latencies: list[float] = []
     bad = 0
+    heavy_times = []
+    worst_lag: float | None = 0.0
     for row in rows:
         lat = [lat for sent, lat, _ in samples if row["start"] <= sent < row["end"]]
         if row is not rows[0]:
             load_latencies += lat
         lag = trace.worst(row["start"], row["end"])
+        if row is not rows[0]:
+            worst_lag = None if lag is None or worst_lag is None else max(worst_lag, lag)
         lag_text = "n/a" if lag is None else f"{lag * 1000:.1f}"
         heavy_text = ""
         if "durations" in row:
             d = row["durations"]
             if len(d) == 1:
                 heavy_text = f"{row['rpc']} {d[0] * 1000:.0f} ms"
+                heavy_times.append(heavy_text)
             else:
                 heavy_text = (f"{len(d)} x {row['rpc']}: p50 {percentile(d, 0.5) * 1000:.1f} ms, "
                               f"p99 {percentile(d, 0.99) * 1000:.1f} ms, max {max(d) * 1000:.1f} ms")
@@ -338,7 +416,7 @@ def main() -> int:
     print(f"probe under load: {len(load_latencies)} heartbeats, p50 {percentile(load_latencies, 0.5) * 1000:.2f} "
           f"ms, p99 {percentile(load_latencies, 0.99) * 1000:.2f} ms, max {max(load_latencies) * 1000:.2f} ms; "
           f"{failed} failed heartbeats")
-    return 1 if bad else 0
+    return bad, max(load_latencies, default=float("nan")), worst_lag, ", ".join(heavy_times)
 
 
 if __name__ == "__main__":

@@ -85,7 +85,13 @@ from riffle_actors.errors import (
     RiffleError,
 )
 from riffle_actors.protocol.blockid import BlockIdLayout
-from riffle_actors.protocol.shuffle_meta import BLOCK_IDS, REGISTER, encode_block_ids, encode_register
+from riffle_actors.protocol.shuffle_meta import (
+    BLOCK_IDS,
+    REGISTER,
+    encode_block_ids,
+    encode_block_ids_steps,
+    encode_register,
+)
 from riffle_actors.records import Block
 from riffle_actors.runtime import (
     ActorDeadError,
@@ -415,7 +421,10 @@ class AppActor(Supervisor):
         finally:
             del done  # a refusal's traceback holds this frame: no cycle through the task that raised it
         if sink:
-            fut = self._write_meta(shuffle_id, BLOCK_IDS, encode_block_ids(sink))
+            body = self._lane.submit(encode_block_ids_steps(sink))  # 200k partitions: ~0.5 s in slices
+            if inspect.isawaitable(body):
+                body = await body
+            fut = self._write_meta(shuffle_id, BLOCK_IDS, body)
             if fut is not None:
                 await fut
         return new

@@ -17,6 +17,11 @@ through ``StopIteration`` (see ``riffle_actors.state.app_state``). A ``SliceLane
 - **Otherwise reply later.** ``submit`` returns a task (the actor runtime then replies when it
   ends) that runs ``SLICE_S`` of steps, yields to the loop, and so on.
 
+Steps are bounded *inside* one operation's unit of work too, not only between units: a shuffle
+result over one partition of 2M ids is ~1000 steps of at most ``riffle_actors.protocol.bitmap.STEP_IDS``
+ids each (``union_serialize_steps``), so the lane gives the loop a turn every ``SLICE_S`` whatever the
+id layout. ``slices`` counts the turns given (a test and debugging figure).
+
 Everything runs on the event loop thread: no state is shared with another thread, and a step
 is atomic with respect to the actor's other messages. (A worker thread would not help: the
 bitmap library holds the GIL, so a long C call on a thread stalls the loop just the same.)
@@ -65,6 +70,7 @@ class SliceLane:
         self._now = now
         self._tail: asyncio.Task[Any] | None = None  # the last operation that did not finish inline
         self._turn_ends: float | None = None  # inline budget of the current loop turn
+        self.slices = 0  # times an unfinished operation gave the loop a turn
 
     @property
     def idle(self) -> bool:
@@ -106,6 +112,7 @@ class SliceLane:
             # otherwise keep every earlier failed operation (and its inputs) alive, one through the other
             previous = None
         while True:
+            self.slices += 1
             await asyncio.sleep(0)
             result = run_until(steps, self._now() + self.slice_s, self._now)
             if result is not _UNFINISHED:

@@ -38,19 +38,20 @@ from typing import Any, TypeVar
 
 from riffle_actors.runtime import Clock
 from riffle_actors.errors import InvalidRequestError, NoRegisterError
-from riffle_actors.protocol.bitmap import BlockIdSet, id_array, union_serialize_steps
+from riffle_actors.protocol.bitmap import STEP_IDS, BlockIdSet, id_array, union_serialize_steps
 from riffle_actors.protocol.errors import ProtocolError
 from riffle_actors.state.partition import PartitionFigures
 
 T = TypeVar("T")
 
 # Work per step of report_steps / shuffle_result_steps, in "ids": an id costs ~30-100 ns to convert
-# (a protobuf field is the slow source), check and add; a partition ~1-2 us of bookkeeping, hence
-# _PARTITION_WORK. A step is then ~0.1-0.8 ms on the development box: about the actor's time slice
-# (1 ms, riffle_actors.runtime.slicing) at most, while the per-step overhead stays ~1 %.
-_STEP_WORK = 4096
+# (a protobuf field is the slow source) and check, and ~0.1-1 us to add (the most when every id has
+# a high word of its own: CRoaring's 64-bit tree then holds one container per id); a partition ~1-2 us
+# of bookkeeping, hence _PARTITION_WORK. A step is then ~0.1-3 ms whatever the layout, also inside one
+# huge partition: about the actor's time slice (1 ms, riffle_actors.runtime.slicing) at most.
+_STEP_WORK = STEP_IDS
 _PARTITION_WORK = 32
-_IDS_PER_CHUNK = 8192  # a partition's ids are converted and added this many at a time
+_IDS_PER_CHUNK = STEP_IDS  # a partition's ids are converted and added this many at a time
 
 _SEQUENCE_TYPES: dict[type, bool] = {}  # per-type isinstance(..., Sequence): an ABC check costs ~0.5 us
 
@@ -352,7 +353,8 @@ class AppState:
 
     def shuffle_result_steps(self, shuffle_id: int, partition_ids: Iterable[int],
                              ) -> Generator[None, None, bytes]:
-        """``shuffle_result`` in steps: look the partitions up, then ``union_serialize_steps``.
+        """``shuffle_result`` in steps: look the partitions up, then ``union_serialize_steps``, which
+        bounds its steps inside one partition too (at most ``STEP_IDS`` ids a step).
 
         A report processed between two steps may or may not be in the result; every id reported
         before the first step is (sets only grow, and they are read, never copied, up front).
