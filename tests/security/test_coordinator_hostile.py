@@ -27,7 +27,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import grpc
 import psutil
@@ -180,7 +180,7 @@ class Prober:
             self.lags.append(time.monotonic() - started)
             self._stop.wait(0.02)
 
-    def __enter__(self) -> Prober:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
