@@ -32,6 +32,7 @@ It does not cover: the decisions (``CoordinatorService``) or the HTTP API (``coo
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -115,8 +116,9 @@ def encode_server_id(hb: ServerHeartbeat) -> pb.ShuffleServerId:
                               jetty_port=hb.http_port)
 
 
-#: Ranges encoded between two turns of the event loop (a few ms of work).
-ENCODE_SLICE = 4096
+#: Ranges encoded between two looks at the clock, and the time after which the loop gets a turn.
+ENCODE_STEP = 256
+ENCODE_TURN_S = 0.005
 
 
 def _varint(n: int) -> bytes:
@@ -142,8 +144,9 @@ async def encode_assignments(assignment: Assignment, servers: dict[str, ServerHe
     Written straight from the ``RangePlan`` (no message object per range): each distinct replica
     list's ``server`` fields are serialized once by protobuf, then every range is two varints
     and that suffix, exactly the bytes protobuf writes (``tests/unit/test_coordinator_encoding.py``
-    compares them). ``ENCODE_SLICE`` ranges at a time, the loop gets a turn in between, so a
-    million ranges never hold it; only the bytes stay in memory (about 50 per range and replica).
+    compares them). Every ``ENCODE_TURN_S`` (checked each ``ENCODE_STEP`` ranges) the loop gets a
+    turn, so a million ranges never hold it; only the bytes stay in memory (about 50 per range and
+    replica), joined once at the end.
     """
     ids = {sid: encode_server_id(hb).SerializeToString() for sid, hb in servers.items()}
     plan = assignment.ranges
@@ -152,9 +155,10 @@ async def encode_assignments(assignment: Assignment, servers: dict[str, ServerHe
     period, per_range, total = len(suffixes), plan.per_range, plan.partition_num
     n_ranges = len(plan)
     chunks: list[bytes] = []
-    for first in range(0, n_ranges, ENCODE_SLICE):
-        out = bytearray()
-        for i in range(first, min(first + ENCODE_SLICE, n_ranges)):
+    out = bytearray()
+    turn = time.perf_counter()
+    for first in range(0, n_ranges, ENCODE_STEP):
+        for i in range(first, min(first + ENCODE_STEP, n_ranges)):
             start = i * per_range
             end = min(start + per_range, total) - 1
             body = ((_START_TAG + _varint(start) if start else b"") + (_END_TAG + _varint(end) if end else b"")
@@ -162,10 +166,17 @@ async def encode_assignments(assignment: Assignment, servers: dict[str, ServerHe
             out += _RANGES_TAG
             out += _varint(len(body))
             out += body
-        chunks.append(bytes(out))
-        if first + ENCODE_SLICE < n_ranges:
+        if time.perf_counter() - turn >= ENCODE_TURN_S and first + ENCODE_STEP < n_ranges:
+            chunks.append(bytes(out))
+            out = bytearray()
             await asyncio.sleep(0)
-    return b"".join(chunks)
+            turn = time.perf_counter()
+    chunks.append(bytes(out))
+    if len(chunks) == 1:
+        return chunks[0]
+    # one copy of the whole answer (100 MB at the default bounds with 3 replicas): bytes.join does
+    # the memcpy without the GIL, so in a thread it does not hold the loop
+    return await asyncio.to_thread(b"".join, chunks)
 
 
 def _serialize(message: Any) -> bytes:
