@@ -10,8 +10,8 @@ live in ``cluster.py`` / ``apps.py``):
 
 Both expire silent members on a periodic ``Tick`` that a task owned by the actor tells itself
 after ``clock.sleep(interval)``; with a ``ManualClock`` a test's ``clock.advance(...)`` drives it.
-Expected failures (``AssignmentError``, ``HeartbeatRefused``, unknown server, bad status) go
-back to the asker and never crash the actor.
+Expected failures (``AssignmentError``, ``HeartbeatRefused``, unknown server, bad status,
+``AppRegistryFull``) go back to the asker and never crash the actor.
 
 It does not cover: the use cases (``service.py``), gRPC/HTTP decoding (``riffle_actors.transport``) or
 wiring (``runtime.py``).
@@ -22,9 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from riffle_actors.runtime import Actor
-from riffle_actors.runtime import Clock
-from riffle_actors.coordinator.apps import AppRegistry, AppView
+from riffle_actors.coordinator.apps import AppRegistry, AppRegistryFull, AppView
 from riffle_actors.coordinator.assignment import Assignment, AssignmentError, AssignmentRequest
 from riffle_actors.coordinator.cluster import (
     ClusterRegistry,
@@ -33,6 +31,7 @@ from riffle_actors.coordinator.cluster import (
     ServerHeartbeat,
     ServerStatus,
 )
+from riffle_actors.runtime import Actor, Clock
 
 
 class UnknownServerError(KeyError):
@@ -115,6 +114,8 @@ ClusterMsg = (
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RegisterApp:
+    """Record an app (ask it: raises ``AppRegistryFull`` for a new id when ``[app] max_apps`` are live)."""
+
     app_id: str
     user: str = ""
     version: str = ""
@@ -123,6 +124,8 @@ class RegisterApp:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AppHeartbeat:
+    """Keep an app alive (ask it: raises ``AppRegistryFull`` as ``RegisterApp``)."""
+
     app_id: str
 
 
@@ -234,6 +237,8 @@ class ClusterActor(_Ticking):
 
 class AppRegistryActor(_Ticking):
     """Owns the application registry; see the module docstring."""
+
+    expected_errors = (AppRegistryFull,)
 
     def __init__(self, registry: AppRegistry, *, clock: Clock, tick_interval_s: float):
         self.registry = registry

@@ -3,7 +3,11 @@
 This module owns the coordinator's view of applications: ``registerApplicationInfo`` records an
 app (user, client version), ``appHeartbeat`` and ``getShuffleAssignments`` keep it alive, and
 ``expire()`` moves apps silent for ``heartbeat_timeout_s`` (injected clock) to a history that
-keeps only the newest ``history_size`` entries. Per-app counters (shuffles assigned,
+keeps only the newest ``history_size`` entries. At most ``max_apps`` apps are live: a new app
+id beyond that raises ``AppRegistryFull`` (the service answers ACCESS_DENIED naming ``[app]
+max_apps``), while apps already registered keep heartbeating; an assignment of an app that
+cannot be registered is simply not credited. Ids are checked by the caller
+(``protocol.ids.check_app_id``) before they get here, so every id and every log line is bounded. Per-app counters (shuffles assigned,
 partitions, servers used) let tests and operators check that a job really went through us.
 
 It does not cover: purging app data (shuffle servers do that themselves when the app stops
@@ -19,6 +23,10 @@ from dataclasses import dataclass, field
 from loguru import logger
 
 from riffle_actors.runtime import Clock
+
+
+class AppRegistryFull(Exception):
+    """A new app id while ``max_apps`` apps are live; the message names the key."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -54,9 +62,12 @@ class AppView:
 class AppRegistry:
     """Live apps keyed by app id, plus the newest ``history_size`` expired ones."""
 
-    def __init__(self, *, clock: Clock, heartbeat_timeout_s: float, history_size: int = 1000):
+    def __init__(self, *, clock: Clock, heartbeat_timeout_s: float, history_size: int = 1000,
+                 max_apps: int = 10000):
         self.clock = clock
         self.heartbeat_timeout_s = heartbeat_timeout_s
+        self.max_apps = max_apps
+        self.refused_total = 0
         self._apps: dict[str, _App] = {}
         self._history: deque[AppView] = deque(maxlen=history_size)
         self.expired_total = 0
@@ -66,6 +77,10 @@ class AppRegistry:
         now_m, now_ms = self.clock.monotonic(), int(self.clock.time() * 1000)
         app = self._apps.get(app_id)
         if app is None:
+            if len(self._apps) >= self.max_apps:
+                self.refused_total += 1
+                raise AppRegistryFull(f"the coordinator already tracks {len(self._apps)} live apps ([app] max_apps = "
+                                      f"{self.max_apps}); a new app is refused until some expire")
             app = _App(app_id=app_id, registered_epoch_ms=now_ms, last_heartbeat_monotonic=now_m, last_heartbeat_epoch_ms=now_ms)
             self._apps[app_id] = app
             self.registered_total += 1
@@ -86,8 +101,11 @@ class AppRegistry:
         self._touch(app_id)
 
     def record_assignment(self, app_id: str, *, partitions: int, server_ids: Iterable[str]) -> None:
-        """A shuffle of ``app_id`` got servers; counts as activity."""
-        app = self._touch(app_id)
+        """A shuffle of ``app_id`` got servers; counts as activity (not credited when the registry is full)."""
+        try:
+            app = self._touch(app_id)
+        except AppRegistryFull:
+            return
         app.shuffles += 1
         app.partitions += partitions
         app.servers.update(server_ids)
@@ -107,7 +125,8 @@ class AppRegistry:
     def stats(self) -> dict[str, int]:
         """Counts for the coordinator's metrics."""
         return {"active": len(self._apps), "historical": len(self._history),
-                "expired_total": self.expired_total, "registered_total": self.registered_total}
+                "expired_total": self.expired_total, "registered_total": self.registered_total,
+                "refused_total": self.refused_total}
 
     def __contains__(self, app_id: object) -> bool:
         return app_id in self._apps

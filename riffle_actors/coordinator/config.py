@@ -89,6 +89,10 @@ class AppSection(StrictModel):
         60, gt=0, description="an app silent this long moves to the historical apps"
     )
     history_size: int = Field(1000, ge=0, description="expired apps kept for /api/historical_apps")
+    max_apps: int = Field(
+        10000, ge=1, description="live apps registered at most; a new app id is refused (ACCESS_DENIED) when full "
+        "(apps already registered keep heartbeating; silent ones expire after heartbeat_timeout_sec)"
+    )
 
 
 class RemoteStorageSection(StrictModel):
@@ -116,7 +120,17 @@ class CoordinatorConfig(StrictModel):
         HostStrategy.PREFER_DIFF, description="prefer_diff, must_diff or none"
     )
     max_assignment_servers: int = Field(
-        9, ge=1, description="servers per shuffle when the client leaves it to the coordinator"
+        9, ge=1, le=1000, description="servers per shuffle when the client leaves it to the coordinator, and the "
+        "most a client's assignmentShuffleServerNumber gets (as upstream rss.coordinator.shuffle.nodes.max)"
+    )
+    max_partitions_per_assignment: int = Field(
+        1 << 20, ge=1, le=(1 << 31) - 1,
+        description="partitionNum a getShuffleAssignments may ask for; more is refused (INVALID_REQUEST). "
+        "Default 2^20 = the Spark client's spark.rss.blockId.maxPartitions (its block ids have 20 partition bits); "
+        "each partition costs about 50 bytes of response per replica",
+    )
+    max_data_replica: int = Field(
+        3, ge=1, le=16, description="dataReplica a getShuffleAssignments may ask for; more is refused (INVALID_REQUEST)"
     )
     exclude_nodes_file: str | None = Field(
         None, description="file of server ids (one a line, # comments) never assigned; re-read on change"

@@ -45,9 +45,8 @@ from riffle_actors.coordinator.metrics import CoordinatorMetrics
 from riffle_actors.coordinator.service import CoordinatorService
 from riffle_actors.credentials import AdminCredentials
 from riffle_actors.metrics_push import COORDINATOR_JOB, MetricsPusher
-from riffle_actors.protocol.proto import uniffle_pb2_grpc as pb_grpc
 from riffle_actors.runtime import ActorRef, ActorSystem, ChildSpec, Clock, RestartPolicy, SystemClock
-from riffle_actors.transport.coordinator_grpc import CoordinatorServicer
+from riffle_actors.transport.coordinator_grpc import CoordinatorServicer, add_coordinator_servicer
 from riffle_actors.transport.coordinator_http import REFRESH_METRICS, build_app, flatten_config
 from riffle_actors.transport.listen import bind_grpc, start_tcp_site
 from riffle_actors.transport.server_internal import tell_server
@@ -79,7 +78,8 @@ class Coordinator:
             max_per_host=cfg.server.max_servers_per_host,
         )
         self.apps = AppRegistry(
-            clock=self.clock, heartbeat_timeout_s=cfg.app.heartbeat_timeout_sec, history_size=cfg.app.history_size
+            clock=self.clock, heartbeat_timeout_s=cfg.app.heartbeat_timeout_sec, history_size=cfg.app.history_size,
+            max_apps=cfg.app.max_apps,
         )
         self.system = ActorSystem(clock=self.clock)
         self.cluster_ref: ActorRef | None = None
@@ -127,7 +127,7 @@ class Coordinator:
             self.service = CoordinatorService(cfg, cluster_ref=self.cluster_ref, apps_ref=self.apps_ref)
             servicer = self.servicer = CoordinatorServicer(self.service)
             self._grpc = grpc.aio.server(options=GRPC_OPTIONS)
-            pb_grpc.add_CoordinatorServerServicer_to_server(servicer, self._grpc)
+            add_coordinator_servicer(servicer, self._grpc)
             self.grpc_port = bind_grpc(
                 self._grpc, what="gRPC", keys="grpc_port / grpc_bind_address",
                 host=cfg.grpc_bind_address, port=cfg.grpc_port,

@@ -10,8 +10,8 @@ the shuffle server:
 | use case | failure -> status |
 |---|---|
 | ``server_heartbeat`` | malformed -> INVALID_REQUEST; outside ``allowed_networks``, or refused -> ACCESS_DENIED |
-| ``assign_shuffle`` | too few candidates -> INTERNAL_ERROR naming why |
-| ``register_app`` | empty app id -> INVALID_REQUEST |
+| ``assign_shuffle`` | malformed or out of bounds (``validation.assignment_problem``: app id, ``max_partitions_per_assignment``, ``max_data_replica``, ...) -> INVALID_REQUEST naming the key; too few candidates -> INTERNAL_ERROR naming why |
+| ``register_app`` / ``app_heartbeat`` | bad app id or fields (``validation.app_request_problem``) -> INVALID_REQUEST; a new app while ``[app] max_apps`` are live -> ACCESS_DENIED naming the key |
 
 A heartbeat is checked in this order: malformed (the adapter hands a ``MalformedHeartbeat`` built
 by ``validation.heartbeat_problems``), ``validation.source_problem`` (outside ``[server]
@@ -35,13 +35,15 @@ from collections.abc import Sequence
 from loguru import logger
 
 from riffle_actors.coordinator import actors as msgs
-from riffle_actors.coordinator.apps import AppView
+from riffle_actors.coordinator.apps import AppRegistryFull, AppView
 from riffle_actors.coordinator.assignment import Assignment, AssignmentError, AssignmentRequest
 from riffle_actors.coordinator.cluster import HeartbeatRefused, ServerHeartbeat, ServerStatus, ServerView
 from riffle_actors.coordinator.config import CoordinatorConfig
 from riffle_actors.coordinator.validation import (
     MalformedHeartbeat,
     RepeatFilter,
+    app_request_problem,
+    assignment_problem,
     parse_networks,
     show,
     source_problem,
@@ -60,6 +62,9 @@ class CoordinatorService:
         self.remote_storage_path: str = cfg.remote_storage.path
         self.remote_storage_conf: tuple[tuple[str, str], ...] = tuple(cfg.remote_storage.conf.items())
         self._networks = parse_networks(cfg.server.allowed_networks)
+        self.max_partitions_per_assignment = cfg.max_partitions_per_assignment
+        self.max_data_replica = cfg.max_data_replica
+        self.requests_refused: Counter[str] = Counter()  # driver requests refused, by kind (/api/health)
         self.heartbeats_refused: Counter[str] = Counter()
         # assignment counters read by the coordinator's /metrics
         self.assignments_total = 0
@@ -142,8 +147,15 @@ class CoordinatorService:
     async def assign_shuffle(self, app_id: str, shuffle_id: int, request: AssignmentRequest, *,
                              require_tags: Sequence[str] = (), faulty_ids: Sequence[str] = (),
                              ) -> tuple[Assignment, dict[str, ServerHeartbeat]]:
-        """Servers for each partition range of a shuffle; raises ``InternalError`` naming why there are
-        too few. The app (when named) is credited with the assignment."""
+        """Servers for each partition range of a shuffle; raises ``InvalidRequestError`` for a request out of
+        bounds and ``InternalError`` naming why there are too few servers. The app (when named) is credited."""
+        problem = assignment_problem(
+            app_id, shuffle_id, partition_num=request.partition_num, per_range=request.partitions_per_range,
+            replica=request.replica, require_tags=require_tags, faulty_ids=faulty_ids,
+            max_partitions=self.max_partitions_per_assignment, max_replica=self.max_data_replica)
+        if problem is not None:
+            self._refuse("assignment_invalid", f"getShuffleAssignments: {problem}")
+            raise InvalidRequestError(problem)
         try:
             assignment, servers = await self.cluster_ref.ask(msgs.AssignShuffle(
                 request=request, require_tags=tuple(require_tags), faulty_ids=tuple(faulty_ids)))
@@ -162,14 +174,35 @@ class CoordinatorService:
 
     async def register_app(self, app_id: str, *, user: str = "", version: str = "",
                            git_commit_id: str = "") -> None:
-        if not app_id:
-            raise InvalidRequestError("appId is empty")
-        await self.apps_ref.tell(msgs.RegisterApp(app_id=app_id, user=user, version=version,
-                                                  git_commit_id=git_commit_id))
+        """``registerApplicationInfo``; raises ``InvalidRequestError`` or ``AccessDeniedError`` (registry full)."""
+        problem = app_request_problem(app_id, user=user, version=version, git_commit_id=git_commit_id)
+        if problem is not None:
+            self._refuse("app_invalid", f"registerApplicationInfo: {problem}")
+            raise InvalidRequestError(problem)
+        await self._ask_apps(msgs.RegisterApp(app_id=app_id, user=user, version=version, git_commit_id=git_commit_id))
 
     async def app_heartbeat(self, app_id: str) -> None:
-        if app_id:
-            await self.apps_ref.tell(msgs.AppHeartbeat(app_id=app_id))
+        """``appHeartbeat``; raises as ``register_app``."""
+        problem = app_request_problem(app_id)
+        if problem is not None:
+            self._refuse("app_invalid", f"appHeartbeat: {problem}")
+            raise InvalidRequestError(problem)
+        await self._ask_apps(msgs.AppHeartbeat(app_id=app_id))
+
+    async def _ask_apps(self, msg: msgs.RegisterApp | msgs.AppHeartbeat) -> None:
+        try:
+            await self.apps_ref.ask(msg)
+        except AppRegistryFull as e:
+            self._refuse("apps_full", f"app {msg.app_id}: {e}")
+            raise AccessDeniedError(str(e)) from None
+
+    def _refuse(self, kind: str, message: str) -> None:
+        """Count a refused driver request; log it at the 1st, 10th, 100th, ... time of its kind."""
+        self.requests_refused[kind] += 1
+        count = self._refusal_log.hit(("driver", kind))
+        if count is not None:
+            seen = f" ({count} refused so far)" if count > 1 else ""
+            logger.warning("refused {}{}", message, seen)
 
     async def list_apps(self, *, historical: bool = False) -> list[AppView]:
         """Live apps, or the expired ones (newest first) when ``historical``."""
@@ -181,4 +214,5 @@ class CoordinatorService:
         return uuid.uuid4().hex
 
     def client_operation(self, client_host: str, client_port: int, operation: str, server_id: str) -> None:
-        logger.info("client {}:{} reports {!r} on server {}", client_host, client_port, operation, server_id)
+        logger.info("client {}:{} reports {} on server {}", show(client_host), client_port, show(operation),
+                    show(server_id))

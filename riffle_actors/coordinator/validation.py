@@ -16,8 +16,21 @@ an assignment, a control character in a log line, or an unbounded amount of memo
   ``"<ip>-<grpcPort>[-<nettyPort>]"`` its IP and gRPC port (and a netty port > 0) are the
   advertised ones (a server cannot take the id of another address); at most 64 tags of 1-256 printable characters; at
   most 256 ``storageInfo`` entries with printable keys and mount points of at most 4096
-  characters; at most 100000 ``applicationInfo`` entries; ``version`` and ``gitCommitId`` at
-  most 256 printable characters.
+  characters; at most 10000 ``applicationInfo`` entries, each ``appId`` valid for
+  ``protocol.ids.check_app_id``; ``version`` and ``gitCommitId`` at most 256 printable characters.
+- ``app_request_problem(...)``: why a driver's ``registerApplicationInfo`` / ``appHeartbeat`` is
+  unacceptable (``check_app_id``; user, version and git commit at most 256 printable characters).
+- ``assignment_problem(...)``: why a ``getShuffleAssignments`` is unacceptable: the app id (when
+  given), ``shuffleId`` a Java int >= 0, ``partitionNum`` in ``0..max_partitions_per_assignment``,
+  ``partitionNumPerRange`` in ``1..max_partitions_per_assignment``, ``dataReplica`` in
+  ``1..max_data_replica``, at most 64 ``requireTags`` and 10000 ``faultyServerIds`` (each at most
+  256 characters); the message names the config key that bounds the field.
+- ``AppFilter.parse(body)``: the body of ``POST /api/server/applications`` (Uniffle's
+  ``ApplicationRequest``) as a bounded filter: at most ``MAX_FILTER_APPS`` listed ids (each
+  checked), ``pageSize`` 1..``MAX_PAGE_SIZE``, and ``appIdRegex`` at most
+  ``MAX_APP_ID_REGEX_CHARS`` characters compiled by RE2 (``google-re2``: linear time in the id,
+  no backtracking, so ``(a+)+`` cannot stall; back references and look-arounds are refused)
+  within ``REGEX_MAX_MEM`` bytes. ``InvalidFilter`` says what is wrong.
 - ``reject_message(problems)``: one bounded line for the reply and the log; values sent by the
   peer are quoted with ``repr`` and cut, so a hostile string cannot forge log lines.
 - ``peer_host(context.peer())``: the IP of the TCP peer (``ipv4:10.0.0.5:41234`` -> ``10.0.0.5``;
@@ -37,6 +50,10 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import re2  # type: ignore[import-untyped]  # google-re2: linear-time matching of client regexes
+
+from riffle_actors.protocol.errors import ProtocolError
+from riffle_actors.protocol.ids import check_app_id, check_shuffle_id
 from riffle_actors.protocol.proto import uniffle_pb2 as pb
 
 MAX_ID_CHARS = 256
@@ -44,9 +61,9 @@ MAX_TAGS = 64
 MAX_TAG_CHARS = 256
 MAX_DISKS = 256
 MAX_PATH_CHARS = 4096
-MAX_APPS = 100_000
-MAX_APP_ID_CHARS = 1024
+MAX_APPS = 10_000  # applicationInfo entries of one heartbeat: each id is checked, ~0.6 us apiece
 MAX_TEXT_CHARS = 256
+MAX_FAULTY_IDS = 10_000  # faultyServerIds of one getShuffleAssignments (at most [server] max_servers can exist)
 #: Port values that mean "no such listener" for netty_port / jetty_port (Riffle sends 0, Java -1).
 NO_PORT = (0, -1)
 
@@ -182,11 +199,20 @@ def heartbeat_problems(req: pb.ShuffleServerHeartBeatRequest) -> list[str]:
                     out.append(f"storageInfo[{show(key)}].{name}: {value} is negative")
     if len(req.applicationInfo) > MAX_APPS:
         out.append(f"applicationInfo: {len(req.applicationInfo)} entries, more than {MAX_APPS}")
-    elif any(len(a.appId) > MAX_APP_ID_CHARS for a in req.applicationInfo):
-        out.append(f"applicationInfo: an appId longer than {MAX_APP_ID_CHARS} characters")
+    else:
+        out.append(_first_bad_app_id(a.appId for a in req.applicationInfo))
     out.append(_text_problem("version", req.version, MAX_TEXT_CHARS))
     out.append(_text_problem("gitCommitId", req.gitCommitId, MAX_TEXT_CHARS))
     return [p for p in out if p is not None]
+
+
+def _first_bad_app_id(app_ids: Iterable[str]) -> str | None:
+    for i, app_id in enumerate(app_ids):
+        try:
+            check_app_id(app_id, f"applicationInfo[{i}].appId")
+        except ProtocolError as e:
+            return str(e)
+    return None
 
 
 def check_heartbeat(req: pb.ShuffleServerHeartBeatRequest) -> None:
@@ -194,6 +220,155 @@ def check_heartbeat(req: pb.ShuffleServerHeartBeatRequest) -> None:
     problems = heartbeat_problems(req)
     if problems:
         raise InvalidHeartbeat(problems)
+
+
+# ----------------------------------------------------------------------------- driver requests
+
+
+def app_request_problem(app_id: str, *, user: str = "", version: str = "", git_commit_id: str = "") -> str | None:
+    """Why a ``registerApplicationInfo`` / ``appHeartbeat`` is unacceptable; None if it is fine."""
+    try:
+        check_app_id(app_id)
+    except ProtocolError as e:
+        return str(e)
+    for name, value in (("user", user), ("version", version), ("gitCommitId", git_commit_id)):
+        problem = _text_problem(name, value, MAX_TEXT_CHARS)
+        if problem is not None:
+            return problem
+    return None
+
+
+def assignment_problem(
+    app_id: str, shuffle_id: int, *, partition_num: int, per_range: int, replica: int,
+    require_tags: Sequence[str] = (), faulty_ids: Sequence[str] = (),
+    max_partitions: int, max_replica: int,
+) -> str | None:
+    """Why a ``getShuffleAssignments`` is unacceptable (see the module docstring); None if it is fine.
+
+    ``per_range`` and ``replica`` are as the adapter decoded them (proto 0 = not set = 1)."""
+    if app_id:
+        try:
+            check_app_id(app_id, "applicationId")
+        except ProtocolError as e:
+            return str(e)
+    try:
+        check_shuffle_id(shuffle_id)
+    except ProtocolError as e:
+        return str(e)
+    if not 0 <= partition_num <= max_partitions:
+        return (f"partitionNum: {partition_num} is outside 0..{max_partitions} "
+                f"(the coordinator's max_partitions_per_assignment)")
+    if not 1 <= per_range <= max_partitions:
+        return (f"partitionNumPerRange: {per_range} is outside 1..{max_partitions} "
+                f"(the coordinator's max_partitions_per_assignment)")
+    if not 1 <= replica <= max_replica:
+        return f"dataReplica: {replica} is outside 1..{max_replica} (the coordinator's max_data_replica)"
+    if len(require_tags) > MAX_TAGS:
+        return f"requireTags: {len(require_tags)} tags, more than {MAX_TAGS}"
+    for i, tag in enumerate(require_tags):
+        problem = _text_problem(f"requireTags[{i}]", tag, MAX_TAG_CHARS, empty_ok=False)
+        if problem is not None:
+            return problem
+    if len(faulty_ids) > MAX_FAULTY_IDS:
+        return f"faultyServerIds: {len(faulty_ids)} ids, more than {MAX_FAULTY_IDS}"
+    for i, sid in enumerate(faulty_ids):
+        if len(sid) > MAX_ID_CHARS:
+            return f"faultyServerIds[{i}]: {len(sid)} characters, more than {MAX_ID_CHARS}"
+    return None
+
+
+# ----------------------------------------------------------------------------- the applications filter
+
+MAX_FILTER_APPS = 10_000
+MAX_PAGE_SIZE = 1000
+MAX_APP_ID_REGEX_CHARS = 1024
+REGEX_MAX_MEM = 1 << 20  # bytes RE2 may use for one compiled appIdRegex
+_NO_END = 1 << 62
+
+
+class InvalidFilter(ValueError):
+    """An ``ApplicationRequest`` the applications filter refuses; the message says why."""
+
+
+def _regex_options() -> re2.Options:
+    options = re2.Options()
+    options.max_mem = REGEX_MAX_MEM
+    options.log_errors = False  # a refusal is answered, not printed on the daemon's stderr
+    return options
+
+
+def _epoch_ms(body: dict[str, object], key: str, default: int) -> int:
+    value = body.get(key)
+    if value is None or value == "" or value == 0:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise InvalidFilter(f"{key}: expected epoch milliseconds, got {type(value).__name__}")
+    if isinstance(value, str) and not (value.isascii() and value.lstrip("-").isdigit() and len(value) <= 20):
+        raise InvalidFilter(f"{key}: {show(value)} is not epoch milliseconds")
+    return int(value)
+
+
+def _small_int(body: dict[str, object], key: str, default: int, high: int) -> int:
+    value = body.get(key, default)
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 12:
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+        shown = show(value) if isinstance(value, (str, int)) else type(value).__name__
+        raise InvalidFilter(f"{key}: {shown} is not an integer in 1..{high}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class AppFilter:
+    """What ``POST /api/server/applications`` asks for; ``matches(app_id, last_heartbeat_ms)`` is cheap."""
+
+    app_ids: frozenset[str]
+    regex: re2._Regexp | None
+    start_ms: int
+    end_ms: int
+    page_size: int
+    page: int
+
+    @classmethod
+    def parse(cls, body: object) -> AppFilter:
+        """Upstream's ``ApplicationRequest`` JSON object; raises ``InvalidFilter``."""
+        if not isinstance(body, dict):
+            raise InvalidFilter("ApplicationRequest Is not null")  # upstream's words for a missing body
+        wanted = body.get("applications") or ()
+        if not isinstance(wanted, (list, tuple)):
+            raise InvalidFilter("applications: expected a list of application ids")
+        if len(wanted) > MAX_FILTER_APPS:
+            raise InvalidFilter(f"applications: {len(wanted)} ids, more than {MAX_FILTER_APPS}")
+        try:
+            app_ids = frozenset(check_app_id(a, "applications[]") for a in wanted)
+        except ProtocolError as e:
+            raise InvalidFilter(str(e)) from None
+        pattern = body.get("appIdRegex") or None
+        regex = None
+        if pattern is not None:
+            if not isinstance(pattern, str):
+                raise InvalidFilter(f"appIdRegex: expected a string, got {type(pattern).__name__}")
+            if len(pattern) > MAX_APP_ID_REGEX_CHARS:
+                raise InvalidFilter(f"appIdRegex: {len(pattern)} characters, more than {MAX_APP_ID_REGEX_CHARS}")
+            try:
+                regex = re2.compile(pattern, _regex_options())
+            except re2.error as e:
+                detail = e.args[0].decode(errors="replace") if e.args and isinstance(e.args[0], bytes) else str(e)
+                raise InvalidFilter(f"appIdRegex: {show(pattern)} is not a regular expression RE2 accepts "
+                                    f"(no back references or look-arounds; at most {REGEX_MAX_MEM} bytes "
+                                    f"compiled): {detail[:200]}") from None
+        start = _epoch_ms(body, "heartBeatStartTime", 0)
+        end = _epoch_ms(body, "heartBeatEndTime", _NO_END)
+        page_size = _small_int(body, "pageSize", 10, MAX_PAGE_SIZE)
+        page = _small_int(body, "currentPage", 1, 1 << 31)
+        return cls(app_ids=app_ids, regex=regex, start_ms=start, end_ms=end, page_size=page_size, page=page)
+
+    def matches(self, app_id: str, last_heartbeat_ms: int) -> bool:
+        if self.app_ids and app_id not in self.app_ids:
+            return False
+        if not self.start_ms <= last_heartbeat_ms <= self.end_ms:
+            return False
+        return self.regex is None or self.regex.fullmatch(app_id) is not None
 
 
 # ----------------------------------------------------------------------------- where it comes from

@@ -8,8 +8,8 @@ encodes the answer; a ``RiffleError`` becomes the response's ``(status, retMsg)`
 | RPC | answer |
 |---|---|
 | heartbeat | SUCCESS, the server is (re-)registered; INVALID_REQUEST + why if malformed; ACCESS_DENIED + why if refused |
-| getShuffleAssignments | SUCCESS + a range per partition with ``dataReplica`` servers, or INTERNAL_ERROR + why |
-| registerApplicationInfo / appHeartbeat | SUCCESS; the app is recorded / kept alive |
+| getShuffleAssignments | SUCCESS + a range per partition with ``dataReplica`` servers; INVALID_REQUEST + why out of bounds; INTERNAL_ERROR + why too few servers |
+| registerApplicationInfo / appHeartbeat | SUCCESS; the app is recorded / kept alive; INVALID_REQUEST for a bad app id; ACCESS_DENIED when ``[app] max_apps`` are live |
 | fetchClientConf / fetchClientConfV2 | SUCCESS + the ``[client_conf]`` items (0.10 drivers fail to start without V2) |
 | fetchRemoteStorage | SUCCESS + ``[remote_storage]`` (empty path unless configured) |
 | accessCluster | SUCCESS + a fresh uuid |
@@ -22,19 +22,26 @@ Every call is counted in ``rpc_calls`` (shown by ``/api/health``). A heartbeat i
 (``validation.heartbeat_problems``) before it is decoded: a malformed one reaches the service as
 a ``MalformedHeartbeat``, which refuses it.
 
+The assignment answer is serialized by ``encode_assignments`` in slices (a million ranges must not
+hold the event loop), so that handler returns bytes; ``add_coordinator_servicer`` registers the
+servicer with a serializer that passes bytes through (the generated registration would not).
+
 It does not cover: the decisions (``CoordinatorService``) or the HTTP API (``coordinator_http``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
+from google.protobuf.message_factory import GetMessageClass
 from loguru import logger
 
-from riffle_actors.coordinator.assignment import AssignmentRequest
+from riffle_actors.coordinator.assignment import Assignment, AssignmentRequest
 from riffle_actors.coordinator.cluster import DiskInfo, ServerHeartbeat, ServerStatus
 from riffle_actors.coordinator.service import CoordinatorService
 from riffle_actors.coordinator.validation import MalformedHeartbeat, heartbeat_problems, parse_ip, peer_host
@@ -109,6 +116,90 @@ def encode_server_id(hb: ServerHeartbeat) -> pb.ShuffleServerId:
                               jetty_port=hb.http_port)
 
 
+#: Ranges encoded between two looks at the clock, and the time after which the loop gets a turn.
+ENCODE_STEP = 256
+ENCODE_TURN_S = 0.005
+
+
+def _varint(n: int) -> bytes:
+    """A protobuf varint (``n`` >= 0)."""
+    if n < 0x80:
+        return _SMALL_VARINTS[n]
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+_SMALL_VARINTS = [bytes((i,)) for i in range(0x80)]
+_RANGES_TAG = b"\x12"  # GetShuffleAssignmentsResponse.assignments = 2, length-delimited
+_START_TAG, _END_TAG, _SERVER_TAG = b"\x08", b"\x10", b"\x1a"  # PartitionRangeAssignment fields 1, 2, 3
+
+
+async def encode_assignments(assignment: Assignment, servers: dict[str, ServerHeartbeat]) -> bytes:
+    """The ``assignments`` field (2) of a ``GetShuffleAssignmentsResponse``, serialized.
+
+    Written straight from the ``RangePlan`` (no message object per range): each distinct replica
+    list's ``server`` fields are serialized once by protobuf, then every range is two varints
+    and that suffix, exactly the bytes protobuf writes (``tests/unit/test_coordinator_encoding.py``
+    compares them). Every ``ENCODE_TURN_S`` (checked each ``ENCODE_STEP`` ranges) the loop gets a
+    turn, so a million ranges never hold it; only the bytes stay in memory (about 50 per range and
+    replica), joined once at the end.
+    """
+    ids = {sid: encode_server_id(hb).SerializeToString() for sid, hb in servers.items()}
+    plan = assignment.ranges
+    suffixes = [b"".join(_SERVER_TAG + _varint(len(ids[s])) + ids[s] for s in replica_set)
+                for replica_set in plan.replica_sets]
+    period, per_range, total = len(suffixes), plan.per_range, plan.partition_num
+    n_ranges = len(plan)
+    chunks: list[bytes] = []
+    out = bytearray()
+    turn = time.perf_counter()
+    for first in range(0, n_ranges, ENCODE_STEP):
+        for i in range(first, min(first + ENCODE_STEP, n_ranges)):
+            start = i * per_range
+            end = min(start + per_range, total) - 1
+            body = ((_START_TAG + _varint(start) if start else b"") + (_END_TAG + _varint(end) if end else b"")
+                    + suffixes[i % period])
+            out += _RANGES_TAG
+            out += _varint(len(body))
+            out += body
+        if time.perf_counter() - turn >= ENCODE_TURN_S and first + ENCODE_STEP < n_ranges:
+            chunks.append(bytes(out))
+            out = bytearray()
+            await asyncio.sleep(0)
+            turn = time.perf_counter()
+    chunks.append(bytes(out))
+    if len(chunks) == 1:
+        return chunks[0]
+    # one copy of the whole answer (100 MB at the default bounds with 3 replicas): bytes.join does
+    # the memcpy without the GIL, so in a thread it does not hold the loop
+    return await asyncio.to_thread(b"".join, chunks)
+
+
+def _serialize(message: Any) -> bytes:
+    """Response serializer: a message, or bytes a handler already serialized (``getShuffleAssignments``)."""
+    return message if isinstance(message, bytes) else message.SerializeToString()
+
+
+def add_coordinator_servicer(servicer: CoordinatorServicer, server: grpc.aio.Server) -> None:
+    """Register ``servicer`` for every method of ``rss.common.CoordinatorServer``, like the generated
+    ``add_CoordinatorServerServicer_to_server`` but with ``_serialize`` (handlers may answer bytes)."""
+    service = pb.DESCRIPTOR.services_by_name["CoordinatorServer"]
+    handlers = {
+        m.name: grpc.unary_unary_rpc_method_handler(
+            getattr(servicer, m.name),
+            request_deserializer=GetMessageClass(m.input_type).FromString,
+            response_serializer=_serialize,
+        )
+        for m in service.methods
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
+    server.add_registered_method_handlers(service.full_name, handlers)
+
+
 class CoordinatorServicer(pb_grpc.CoordinatorServerServicer):
     """See the module docstring."""
 
@@ -172,17 +263,17 @@ class CoordinatorServicer(pb_grpc.CoordinatorServerServicer):
                 request.applicationId, request.shuffleId,
                 AssignmentRequest(
                     partition_num=request.partitionNum,
-                    partitions_per_range=request.partitionNumPerRange or 1,
-                    replica=request.dataReplica or 1,  # proto3 default 0 = not set
+                    partitions_per_range=request.partitionNumPerRange or 1,  # proto3 default 0 = not set
+                    replica=request.dataReplica or 1,
                     server_number=request.assignmentShuffleServerNumber,
                 ),
                 require_tags=tuple(request.requireTags), faulty_ids=tuple(request.faultyServerIds))
-            ids = {sid: encode_server_id(hb) for sid, hb in servers.items()}
-            return {"assignments": [
-                pb.PartitionRangeAssignment(startPartition=r.start, endPartition=r.end,
-                                            server=[ids[s] for s in r.server_ids])
-                for r in assignment.ranges]}
-        return await self._call("getShuffleAssignments", pb.GetShuffleAssignmentsResponse, body)
+            return {"encoded": await encode_assignments(assignment, servers)}
+
+        def make(status: int, retMsg: str, encoded: bytes = b"") -> bytes:
+            head = pb.GetShuffleAssignmentsResponse(status=status, retMsg=retMsg).SerializeToString()
+            return head + encoded  # fields 1 and 3, then the repeated field 2: a valid message in any order
+        return await self._call("getShuffleAssignments", make, body)
 
     async def registerApplicationInfo(self, request: pb.ApplicationInfoRequest, context: Any) -> Any:
         async def body() -> dict[str, Any]:

@@ -28,12 +28,12 @@ Every answer is upstream's envelope ``{"code": 0, "data": ..., "errMsg": null}``
 | ``GET /api/server/nodes/summary`` | ``{status name: count}`` |
 | ``POST /api/server/decommission`` / ``cancelDecommission`` | admin; body ``{"serverIds": [...]}``; ``data``: ``{id: {"ok", "message"}}``, what each server answered (upstream: ``null``) |
 | ``POST /api/server/{id}/decommission`` / ``{id}/cancelDecommission`` | admin; ``data`` as above |
-| ``POST /api/server/applications`` | upstream ``Application`` objects, body ``ApplicationRequest`` (``applications``, ``pageSize`` 10, ``currentPage`` 1, ``heartBeatStartTime``/``EndTime`` (epoch ms), ``appIdRegex``), sorted by id |
+| ``POST /api/server/applications`` | upstream ``Application`` objects, body ``ApplicationRequest`` (``applications``, ``pageSize`` 10, ``currentPage`` 1, ``heartBeatStartTime``/``EndTime`` (epoch ms), ``appIdRegex``), sorted by id; bounded by ``validation.AppFilter`` (RE2 regex, ``pageSize`` <= 1000, body <= 4 MiB), matched in slices |
 | ``GET /api/app/total`` | ``{"appCurrent", "appTotality"}`` |
 | ``GET /api/app/userTotal`` | ``[{"userName", "appNum"}]``, most apps first |
 | ``GET /api/app/appInfos`` | ``AppInfoVO`` objects, newest registration first |
 | ``GET /api/coordinator/info`` | ``{"coordinatorId", "serverIp", "serverPort", "serverWebPort", "version", "gitCommitId", "startTime"}`` (ports as strings, as upstream) |
-| ``GET /api/coordinator/conf`` | ``[{"argumentKey", "argumentValue"}]``: the config as dotted keys, ``[admin]`` left out |
+| ``GET /api/coordinator/conf`` | ``[{"argumentKey", "argumentValue"}]``: the config as dotted keys, ``[admin]`` left out; the values of ``remote_storage.conf`` are redacted unless the request carries the admin credentials |
 | ``GET /api/coordinator/prometheus/metrics/all`` | the Prometheus text of ``/metrics`` (not enveloped, as upstream) |
 
 ``/api/health`` also shows the admission counters: ``max_servers``, ``server_id_conflicts`` (each
@@ -67,9 +67,15 @@ from riffle_actors.coordinator.apps import AppView
 from riffle_actors.coordinator.cluster import ServerStatus, ServerView
 from riffle_actors.coordinator.metrics import CoordinatorMetrics
 from riffle_actors.coordinator.service import CoordinatorService
+from riffle_actors.coordinator.validation import AppFilter, InvalidFilter
 from riffle_actors.credentials import AdminCredentials
 from riffle_actors.errors import InvalidRequestError
 from riffle_actors.transport.admin_auth import guard
+
+#: Bytes an ``ApplicationRequest`` body may have (10000 listed ids of 255 characters fit).
+MAX_FILTER_BODY = 4 << 20
+#: Apps matched between two turns of the event loop.
+MATCH_SLICE = 1000
 
 
 def server_to_dict(v: ServerView) -> dict[str, Any]:
@@ -311,6 +317,7 @@ def build_app(
                 "max_servers": registry["max_servers"],
                 "server_id_conflicts": registry["id_conflicts_total"],
                 "heartbeats_refused": dict(sorted(service.heartbeats_refused.items())),
+                "requests_refused": dict(sorted(service.requests_refused.items())),
             }
         )
 
@@ -393,28 +400,26 @@ def build_app(
         return await _set_many([request.match_info["id"]], ServerStatus.ACTIVE)
 
     async def u_applications(request: web.Request) -> web.Response:
+        if request.content_length is not None and request.content_length > MAX_FILTER_BODY:
+            return _fail(f"ApplicationRequest: more than {MAX_FILTER_BODY} bytes")
         try:
-            body = orjson.loads(await request.read() or b"null")
+            body = orjson.loads(await _read_bounded(request, MAX_FILTER_BODY) or b"null")
+            wanted = AppFilter.parse(body)
         except orjson.JSONDecodeError:
-            body = None
-        if not isinstance(body, dict):
             return _fail("ApplicationRequest Is not null")
-        try:
-            wanted = set(body.get("applications") or ())
-            page_size, page = int(body.get("pageSize", 10)), int(body.get("currentPage", 1))
-            start = int(body["heartBeatStartTime"]) if body.get("heartBeatStartTime") else 0
-            end = int(body["heartBeatEndTime"]) if body.get("heartBeatEndTime") else 1 << 62
-            regex = re.compile(body["appIdRegex"]) if body.get("appIdRegex") else None
-            if page_size < 1 or page < 1:
-                raise ValueError("pageSize and currentPage must be at least 1")
-        except (TypeError, ValueError, re.error) as e:
+        except InvalidFilter as e:
             return _fail(str(e))
-        chosen = sorted((a for a in await service.list_apps()
-                         if (not wanted or a.app_id in wanted)
-                         and (regex is None or regex.fullmatch(a.app_id))
-                         and start <= a.last_heartbeat_epoch_ms <= end), key=lambda a: a.app_id)
-        first = (page - 1) * page_size
-        return _ok([uniffle_application(a, service.remote_storage_path) for a in chosen[first:first + page_size]])
+        chosen: list[AppView] = []
+        live = await service.list_apps()
+        for first in range(0, len(live), MATCH_SLICE):  # the loop gets a turn between slices
+            chosen.extend(a for a in live[first:first + MATCH_SLICE]
+                          if wanted.matches(a.app_id, a.last_heartbeat_epoch_ms))
+            if first + MATCH_SLICE < len(live):
+                await asyncio.sleep(0)
+        chosen.sort(key=lambda a: a.app_id)
+        first = (wanted.page - 1) * wanted.page_size
+        page = chosen[first:first + wanted.page_size]
+        return _ok([uniffle_application(a, service.remote_storage_path) for a in page])
 
     async def u_app_total(_: web.Request) -> web.Response:
         stats = await service.app_stats()
@@ -431,8 +436,10 @@ def build_app(
     async def u_coordinator_info(_: web.Request) -> web.Response:
         return _ok(info() if info is not None else {})
 
-    async def u_coordinator_conf(_: web.Request) -> web.Response:
+    async def u_coordinator_conf(request: web.Request) -> web.Response:
         items = config_items() if config_items is not None else []
+        if not (auth.configured and auth.check(request.headers.get("Authorization"))):
+            items = redact_config(items)
         return _ok([{"argumentKey": k, "argumentValue": v} for k, v in items])
 
     # -------------------------------------------------------------- the status page
@@ -478,6 +485,35 @@ def build_app(
     app.router.add_get("/ui/{name}", static)
     app[REFRESH_METRICS] = refresh_metrics
     return app
+
+
+#: Config items whose values are secrets for anyone without admin credentials (Hadoop conf: keys, tokens).
+REDACTED_KEYS = ("remote_storage.conf",)
+REDACTED = "******"
+
+
+def redact_config(items: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``items`` with the values of ``REDACTED_KEYS`` replaced (their keys still shown)."""
+    out = []
+    for key, value in items:
+        if key in REDACTED_KEYS:
+            try:
+                conf = orjson.loads(value)
+            except orjson.JSONDecodeError:
+                conf = None
+            value = (orjson.dumps({k: REDACTED for k in conf}).decode() if isinstance(conf, dict) else REDACTED)
+        out.append((key, value))
+    return out
+
+
+async def _read_bounded(request: web.Request, limit: int) -> bytes:
+    """The body, or ``InvalidFilter`` once it passes ``limit`` bytes (a chunked body has no length)."""
+    data = bytearray()
+    async for chunk in request.content.iter_chunked(64 << 10):
+        data += chunk
+        if len(data) > limit:
+            raise InvalidFilter(f"ApplicationRequest: more than {limit} bytes")
+    return bytes(data)
 
 
 def flatten_config(data: dict[str, Any], prefix: str = "") -> list[tuple[str, str]]:

@@ -78,7 +78,8 @@ def test_app_registry_counts(clock: ManualClock) -> None:
     clock.advance(11)
     apps.register("c")
     apps.expire()
-    assert apps.stats() == {"active": 1, "historical": 1, "expired_total": 2, "registered_total": 3}
+    assert apps.stats() == {"active": 1, "historical": 1, "expired_total": 2, "registered_total": 3,
+                            "refused_total": 0}
 
 
 @pytest.mark.parametrize("text", [

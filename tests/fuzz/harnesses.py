@@ -1,4 +1,6 @@
-"""Atheris fuzz targets for every decoder of untrusted input in ``riffle_actors.protocol``.
+"""Atheris fuzz targets for every decoder of untrusted input in ``riffle_actors.protocol``, and for
+the coordinator's checks of the requests hostile peers send it (server heartbeats, driver
+assignments and app requests, the HTTP applications filter).
 
 This module owns the fuzz harnesses, their seed corpora and the registry ``HARNESSES``
 (name -> ``Harness``) that ``tests.fuzz.run``, ``tests/fuzz/test_fuzz.py`` and
@@ -33,14 +35,36 @@ Nothing here runs the fuzzer; importing this module only registers the harnesses
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import atheris
+import orjson
+from google.protobuf.message import DecodeError
 from pyroaring import BitMap
 
+from riffle_actors.coordinator.apps import AppRegistry, AppRegistryFull
+from riffle_actors.coordinator.assignment import (
+    AssignmentError,
+    AssignmentRequest,
+    Candidate,
+    assign,
+)
+from riffle_actors.coordinator.cluster import ServerHeartbeat
+from riffle_actors.coordinator.config import AssignmentStrategy, HostStrategy
+from riffle_actors.coordinator.validation import (
+    MAX_ID_CHARS,
+    MAX_PAGE_SIZE,
+    AppFilter,
+    InvalidFilter,
+    MalformedHeartbeat,
+    app_request_problem,
+    assignment_problem,
+)
+from riffle_actors.protocol import urpc
 from riffle_actors.protocol.bitmap import (
     MAX_ID,
     BlockIdSet,
@@ -51,6 +75,7 @@ from riffle_actors.protocol.bitmap import (
 )
 from riffle_actors.protocol.blockid import SPARK_DEFAULT, BlockIdLayout
 from riffle_actors.protocol.errors import ProtocolError
+from riffle_actors.protocol.ids import check_app_id
 from riffle_actors.protocol.index import (
     INDEX_RECORD_SIZE,
     IndexEntry,
@@ -58,8 +83,14 @@ from riffle_actors.protocol.index import (
     decode_index,
     encode_index,
 )
-from riffle_actors.protocol import urpc
+from riffle_actors.protocol.proto import uniffle_pb2 as pb
 from riffle_actors.records import Block
+from riffle_actors.runtime import ManualClock
+from riffle_actors.transport.coordinator_grpc import (
+    decode_heartbeat_request,
+    encode_assignments,
+    encode_server_id,
+)
 
 __all__ = [
     "HARNESSES",
@@ -598,3 +629,149 @@ def fuzz_urpc_frame(data: bytes) -> None:
         if isinstance(back, urpc.GetLocalShuffleData):
             back = back._replace(next_segments=(), task_attempt_id=-1)
         _check(_plain_request(back) == _plain_request(req), "urpc request round trip")
+
+
+# --------------------------------------------------------------------------------------
+# The coordinator's request decoders (issue 17): heartbeats, assignments, app requests and
+# the HTTP applications filter. What a hostile peer controls: every byte of the protobuf (or
+# JSON) body. Each must end in a clear refusal or a bounded, consistent answer.
+# --------------------------------------------------------------------------------------
+
+_MESSAGE_BOUND = 2048  # a refusal message is one bounded line, whatever the input
+
+
+def _heartbeat_seeds() -> list[bytes]:
+    server = pb.ShuffleServerId(id="127.0.0.1-19991", ip="127.0.0.1", port=19991, netty_port=17000, jetty_port=20010)
+    good = pb.ShuffleServerHeartBeatRequest(
+        serverId=server, usedMemory=10, availableMemory=1 << 30, tags=["ss_v5", "GRPC"], version="0.10.0",
+        storageInfo={"/data1": pb.StorageInfo(mountPoint="/data1", capacity=1 << 40, usedBytes=5)},
+        applicationInfo=[pb.ApplicationInfo(appId="application_1_2"), pb.ApplicationInfo(appId="app-3")])
+    bad = pb.ShuffleServerHeartBeatRequest(
+        serverId=pb.ShuffleServerId(id="10.0.0.9-1", ip="0.0.0.0", port=70000), usedMemory=-1,
+        applicationInfo=[pb.ApplicationInfo(appId="../x")], tags=["\n"])
+    return [b"", good.SerializeToString(), bad.SerializeToString(), good.SerializeToString()[:-3]]
+
+
+@harness(max_len=4096, seeds=_heartbeat_seeds)
+def fuzz_coordinator_heartbeat(data: bytes) -> None:
+    """A server heartbeat's bytes: a bounded refusal, or a heartbeat whose every field is within the rules."""
+    try:
+        req = pb.ShuffleServerHeartBeatRequest.FromString(data)
+    except DecodeError:
+        return
+    beat = decode_heartbeat_request(req)
+    if isinstance(beat, MalformedHeartbeat):
+        _check(bool(beat.problems) and len(beat.message) <= _MESSAGE_BOUND, "an unbounded or empty refusal")
+        return
+    assert isinstance(beat, ServerHeartbeat)
+    _check(1 <= beat.grpc_port <= 65535 and 0 <= beat.netty_port <= 65535, f"port {beat.grpc_port} accepted")
+    _check(len(beat.id) <= MAX_ID_CHARS + 80, f"an id of {len(beat.id)} characters accepted")
+    _check(all(check_app_id(a) == a for a in beat.app_ids), "an invalid app id accepted")
+    _check(beat.used_memory >= 0 and beat.available_memory >= 0, "negative memory accepted")
+
+
+_CANDIDATES = [Candidate(id=f"10.0.{i % 3}.{i}-{19990 + i}", host=f"10.0.{i % 3}.{i % 4}",
+                         available_memory=(i + 1) << 28, assigned_partitions=i) for i in range(7)]
+_HEARTBEATS = {c.id: ServerHeartbeat(id=c.id, ip=c.host, grpc_port=19990 + i, netty_port=17000)
+               for i, c in enumerate(_CANDIDATES)}
+_ENCODE_AT_MOST = 3000  # ranges the harness encodes and compares with protobuf (larger plans: only counted)
+
+
+@harness(max_len=256, seeds=_int_seeds)
+def fuzz_coordinator_assignment(data: bytes) -> None:
+    """``getShuffleAssignments`` fields (proto int32s): refused by ``assignment_problem``, or an assignment
+    whose plan covers every partition ``replica`` times, costs nothing per partition, and encodes to
+    the bytes protobuf writes."""
+    fdp = atheris.FuzzedDataProvider(data)
+    partition_num, per_range, replica = _wire_int(fdp, 32), _wire_int(fdp, 32), _wire_int(fdp, 32)
+    server_number = _wire_int(fdp, 32)
+    max_partitions = fdp.ConsumeIntInRange(1, (1 << 31) - 1)
+    max_replica = fdp.ConsumeIntInRange(1, 16)
+    candidates = _CANDIDATES[: fdp.ConsumeIntInRange(0, len(_CANDIDATES))]
+    host_strategy = list(HostStrategy)[fdp.ConsumeIntInRange(0, len(HostStrategy) - 1)]
+    strategy = list(AssignmentStrategy)[fdp.ConsumeIntInRange(0, len(AssignmentStrategy) - 1)]
+    problem = assignment_problem("app_1", 0, partition_num=partition_num, per_range=per_range or 1,
+                                 replica=replica or 1, max_partitions=max_partitions, max_replica=max_replica)
+    if problem is not None:
+        _check(len(problem) <= _MESSAGE_BOUND, "an unbounded refusal")
+        return
+    request = AssignmentRequest(partition_num=partition_num, partitions_per_range=per_range or 1,
+                                replica=replica or 1, server_number=server_number)
+    try:
+        result = assign(request, candidates, strategy=strategy, host_strategy=host_strategy, max_servers=5)
+    except AssignmentError as e:
+        _check(len(str(e)) <= _MESSAGE_BOUND, "an unbounded assignment error")
+        return
+    plan = result.ranges
+    _check(len(plan.replica_sets) <= len(candidates), "more replica lists than servers")
+    _check(sum(result.partitions_per_server.values()) == partition_num * request.replica, "partitions lost")
+    if len(plan):
+        last = plan[-1]
+        _check(last.end == partition_num - 1 and plan[0].start == 0, "the ranges do not cover the partitions")
+        _check(all(len(set(r.server_ids)) == request.replica for r in (plan[0], last)), "replicas not distinct")
+    if len(plan) <= _ENCODE_AT_MOST:
+        ids = {sid: encode_server_id(hb) for sid, hb in _HEARTBEATS.items()}
+        expected = pb.GetShuffleAssignmentsResponse(assignments=[
+            pb.PartitionRangeAssignment(startPartition=r.start, endPartition=r.end,
+                                        server=[ids[s] for s in r.server_ids]) for r in plan]).SerializeToString()
+        _check(asyncio.run(encode_assignments(result, _HEARTBEATS)) == expected, "encoding differs from protobuf")
+
+
+def _app_seeds() -> list[bytes]:
+    return [b"", pb.ApplicationInfoRequest(appId="application_1_2", user="alice", version="0.10.0").SerializeToString(),
+            pb.ApplicationInfoRequest(appId="../../etc", user="\x00").SerializeToString(),
+            pb.AppHeartBeatRequest(appId="a" * 300).SerializeToString()]
+
+
+@harness(max_len=1024, seeds=_app_seeds)
+def fuzz_coordinator_app_request(data: bytes) -> None:
+    """``registerApplicationInfo`` bytes: a bounded refusal, or an app the registry records (within its cap)."""
+    try:
+        req = pb.ApplicationInfoRequest.FromString(data)
+    except DecodeError:
+        return
+    problem = app_request_problem(req.appId, user=req.user, version=req.version, git_commit_id=req.gitCommitId)
+    if problem is not None:
+        _check(len(problem) <= _MESSAGE_BOUND, "an unbounded refusal")
+        return
+    _check(check_app_id(req.appId) == req.appId and len(req.user) <= 256, "an invalid app request accepted")
+    registry = AppRegistry(clock=ManualClock(start=0.0), heartbeat_timeout_s=1, max_apps=1)
+    registry.register(req.appId, user=req.user, version=req.version, git_commit_id=req.gitCommitId)
+    _check(req.appId in registry and len(registry) == 1, "an accepted app was not registered")
+    try:
+        registry.register(req.appId + "x" if len(req.appId) < 255 else req.appId[:-1] + "y")
+    except AppRegistryFull:
+        return
+    raise FuzzPropertyError("max_apps did not hold")
+
+
+_FILTER_IDS = ["a" * 29 + "b", "application_1700000000000_0001", "app-1", "x"]
+
+
+def _filter_seeds() -> list[bytes]:
+    bodies = [None, {}, {"appIdRegex": "(a+)+"}, {"appIdRegex": "app.*", "pageSize": 2, "currentPage": 1},
+              {"applications": ["app-1", "x"], "heartBeatStartTime": 1, "heartBeatEndTime": "99"},
+              {"appIdRegex": "(a)\\1"}, {"pageSize": "10"}, [1, 2]]
+    return [orjson.dumps(b) for b in bodies] + [b"{", b"\xff"]
+
+
+@harness(max_len=2048, seeds=_filter_seeds)
+def fuzz_applications_filter(data: bytes) -> None:
+    """``POST /api/server/applications`` bodies: a bounded refusal, or a filter within its bounds whose
+    matching is fast (RE2) and consistent with the listed ids and the time window."""
+    try:
+        body = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return
+    try:
+        wanted = AppFilter.parse(body)
+    except InvalidFilter as e:
+        _check(len(str(e)) <= _MESSAGE_BOUND, "an unbounded refusal")
+        return
+    _check(1 <= wanted.page_size <= MAX_PAGE_SIZE and wanted.page >= 1, "page bounds not enforced")
+    for app_id in _FILTER_IDS:
+        for when in (0, 5, 1 << 40):
+            matched = wanted.matches(app_id, when)
+            if matched:
+                _check(not wanted.app_ids or app_id in wanted.app_ids, "an unlisted app matched")
+                _check(wanted.start_ms <= when <= wanted.end_ms, "an app outside the window matched")

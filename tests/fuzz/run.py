@@ -10,7 +10,7 @@ pytest test and ``scripts/fuzz.py`` start it as a subprocess)::
 The extra target ``_selftest`` raises ``IndexError`` on any input starting with ``FUZZ``; the
 pytest test runs it to prove that a crash in a harness fails the run and leaves its input.
 
-It instruments the protocol codecs and the harnesses for coverage, supplies the harness's
+It instruments the protocol codecs, the coordinator's request checks and the harnesses for coverage, supplies the harness's
 ``-max_len`` unless given, and caps the address space (``RIFFLE_FUZZ_AS_LIMIT_MB``, default
 4096) so an allocation driven by a length field fails as ``MemoryError``, which the
 harness does not allow, instead of swapping the machine. libFuzzer's ``-rss_limit_mb`` and
@@ -45,8 +45,10 @@ def _selftest(data: bytes) -> None:
 
 def main(argv: list[str]) -> None:
     import atheris
+    from loguru import logger
 
-    with atheris.instrument_imports(include=["riffle_actors.protocol", "tests.fuzz"]):
+    logger.remove()  # a fuzz run executes thousands of inputs: the coordinator's info lines are noise here
+    with atheris.instrument_imports(include=["riffle_actors.protocol", "riffle_actors.coordinator", "tests.fuzz"]):
         from tests.fuzz.harnesses import HARNESSES
 
     if len(argv) < 2 or argv[1] in ("-h", "--help", "--list"):

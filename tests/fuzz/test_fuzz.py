@@ -6,6 +6,8 @@ This module owns the CI budget of ``tests.fuzz.harnesses``:
   process (``atheris.Fuzz()`` never returns) with a fixed ``-seed``, a bounded ``-runs`` and a seed
   corpus of valid encodings written to a temporary directory. A crash, timeout or out-of-memory
   fails the test, which prints the saved input and the command that replays it.
+  The coordinator's harnesses (heartbeat, assignment, app request, applications filter) run here too.
+  Without atheris the module is skipped, and fails under ``RIFFLE_TESTS_REQUIRE_ALL=1``.
 - ``test_selftest_crash_is_reported``: the planted ``_selftest`` crash proves a crash does fail a run.
 - the replay tests: truncated headers, huge counts, negative sizes and out-of-range ints go through
   the harnesses directly; inputs whose length fields claim more than they carry must be rejected, and
@@ -22,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import tracemalloc
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -281,3 +284,21 @@ def test_tricky_index_fields_replay_through_the_check(
     entries: list[IndexEntry], start: int, blocks: list[Block]
 ) -> None:
     check_index_fields(entries, start, blocks)
+
+
+_REDOS_BODIES = [b'{"appIdRegex": "(a+)+"}', b'{"appIdRegex": "(a|a)*$"}', b'{"appIdRegex": "' + b"(" * 600 + b'"}',
+                 b'{"pageSize": 1e308}', b'{"currentPage": -1}', b'{"applications": [1, 2]}',
+                 b'{"heartBeatStartTime": [1]}', b'{"appIdRegex": 5}']
+
+
+@pytest.mark.parametrize("body", _REDOS_BODIES, ids=lambda b: b[:24].decode(errors="replace"))
+def test_hostile_filters_replay_through_the_harness_quickly(body: bytes) -> None:
+    started = time.monotonic()
+    HARNESSES["applications_filter"].fn(body)
+    assert time.monotonic() - started < 1.0
+
+
+@pytest.mark.parametrize("name", ["coordinator_heartbeat", "coordinator_app_request", "coordinator_assignment"])
+@pytest.mark.parametrize("data", TRICKY_FDP_BYTES, ids=lambda d: f"{d[:4].hex()}x{len(d)}")
+def test_edge_bytes_replay_through_the_coordinator_harnesses(name: str, data: bytes) -> None:
+    HARNESSES[name].fn(data)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 import pytest
@@ -12,8 +13,9 @@ from riffle_actors.coordinator.assignment import (
     AssignmentError,
     AssignmentRequest,
     Candidate,
+    RangePlan,
     assign,
-    split_ranges,
+    range_count,
 )
 from riffle_actors.coordinator.config import AssignmentStrategy, HostStrategy
 
@@ -90,14 +92,34 @@ def test_spark_shape_one_range_per_partition() -> None:
 
 
 def test_ranges_longer_than_one_partition_are_contiguous_and_clipped() -> None:
-    assert split_ranges(10, 4) == [(0, 3), (4, 7), (8, 9)]
-    assert split_ranges(0, 4) == []
-    assert split_ranges(3, 0) == [(0, 0), (1, 1), (2, 2)]  # 0 treated as 1
+    def bounds(partition_num: int, per_range: int) -> list[tuple[int, int]]:
+        plan = RangePlan(partition_num=partition_num, per_range=max(1, per_range), replica_sets=(("s",),))
+        assert len(plan) == range_count(partition_num, per_range)
+        return [(r.start, r.end) for r in plan]
+
+    assert bounds(10, 4) == [(0, 3), (4, 7), (8, 9)]
+    assert bounds(0, 4) == []
+    assert bounds(3, 0) == [(0, 0), (1, 1), (2, 2)]  # 0 treated as 1
+
+
+def test_a_billion_partitions_are_planned_without_one_object_per_range() -> None:
+    started = time.perf_counter()
+    result = run(AssignmentRequest(partition_num=10**9, replica=2), cands(9, hosts=3))
+    assert time.perf_counter() - started < 0.05
+    assert len(result.ranges) == 10**9 and len(result.ranges.replica_sets) <= 9
+    assert sum(result.partitions_per_server.values()) == 2 * 10**9
+    last = result.ranges[-1]
+    assert (last.start, last.end) == (10**9 - 1, 10**9 - 1) and len(set(last.server_ids)) == 2
+
+
+def test_the_client_cannot_ask_for_more_servers_than_max_assignment_servers() -> None:
+    result = run(AssignmentRequest(partition_num=100, server_number=50), cands(20), max_servers=4)
+    assert len(result.partitions_per_server) == 4
 
 
 def test_zero_partitions_is_an_empty_success() -> None:
     result = run(AssignmentRequest(partition_num=0), cands(2))
-    assert result.ranges == () and result.partitions_per_server == {}
+    assert len(result.ranges) == 0 and list(result.ranges) == [] and result.partitions_per_server == {}
 
 
 def test_partitions_spread_evenly_over_the_chosen_servers() -> None:

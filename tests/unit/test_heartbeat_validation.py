@@ -142,10 +142,14 @@ def test_the_id_is_bounded_and_cannot_name_another_address() -> None:
 def test_other_fields_are_bounded() -> None:
     assert heartbeat_problems(beat(version="v" * 257)) == ["version: 257 characters, more than 256"]
     assert fields_of(heartbeat_problems(beat(gitCommitId="\x1b[31m"))) == ["gitCommitId"]
-    apps = [pb.ApplicationInfo(appId="a" * 1025)]
+    apps = [pb.ApplicationInfo(appId="a" * 256)]
     assert heartbeat_problems(beat(applicationInfo=apps)) == [
-        "applicationInfo: an appId longer than 1024 characters"
+        "applicationInfo[0].appId: is 256 characters long, at most 255 are allowed"
     ]
+    apps = [pb.ApplicationInfo(appId="app_1"), pb.ApplicationInfo(appId="../x")]
+    assert fields_of(heartbeat_problems(beat(applicationInfo=apps))) == ["applicationInfo[1].appId"]
+    apps = [pb.ApplicationInfo(appId=f"app_{i}") for i in range(10_001)]
+    assert heartbeat_problems(beat(applicationInfo=apps)) == ["applicationInfo: 10001 entries, more than 10000"]
 
 
 def test_the_message_is_one_bounded_line_that_quotes_what_the_peer_sent() -> None:
