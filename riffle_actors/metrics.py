@@ -190,6 +190,9 @@ class Metrics:
             "memory when the server died); per app in /apps", registry=r)
         self.recovery_removed = Counter("riffle_recovery_removed_paths", "directories the restart recovery "
                                         "removed (no usable metadata)", registry=r)
+        self.recovery_foreign = Counter("riffle_recovery_foreign_entries", "entries under the data paths the restart "
+                                        "recovery left alone (symlinks, FIFOs, devices, names the server never "
+                                        "writes)", registry=r)
         self.spill_tier_choices = Counter(
             "riffle_spill_tier_choices", "tier chosen per spill attempt and why (store_type with HDFS): reason "
             "huge_partition, cold_threshold, no_healthy_disk, memory_hdfs, localfile, no_remote_storage; "
@@ -207,12 +210,14 @@ class Metrics:
         self.spill_bytes.labels(disk).inc(data_bytes)
         self.spill_seconds.labels(disk).observe(seconds)
 
-    def on_recovered(self, *, seconds: float, apps: int, partitions: int, lost_blocks: int, removed: int) -> None:
+    def on_recovered(self, *, seconds: float, apps: int, partitions: int, lost_blocks: int, removed: int,
+                     foreign: int = 0) -> None:
         self.recovery_seconds.set(seconds)
         self.recovery_apps.set(apps)
         self.recovery_partitions.set(partitions)
         self.recovery_lost_blocks.inc(lost_blocks)
         self.recovery_removed.inc(removed)
+        self.recovery_foreign.inc(foreign)
 
     def on_tier_choice(self, tier: str, reason: str) -> None:
         self.spill_tier_choices.labels(tier, reason).inc()
