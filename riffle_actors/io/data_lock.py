@@ -7,8 +7,9 @@ first thing ``ShuffleServer.start`` does, before recovery, before any actor or p
 
 - it creates the data path if needed and opens ``.riffle.lock`` in it (``O_NOFOLLOW``, a
   regular file only), then takes ``flock(LOCK_EX | LOCK_NB)``;
-- held: the file is rewritten with the holder's pid and start time (one JSON line), kept
-  open for the life of the server and released by ``DataPathLocks.release`` at stop; the
+- held: the file is rewritten with the holder's pid and start time (one JSON line); the
+  locked descriptor (read-only, so a read-only remount is not blocked) is kept open for the
+  life of the server and released by ``DataPathLocks.release`` at stop; the
   kernel releases it when the process dies, however it dies (no stale lock after a crash or
   SIGKILL, unlike a pid file);
 - taken by another process (or another server in this process): ``DataPathLockedError`` (an
@@ -82,8 +83,10 @@ def _holder(fd: int) -> dict:
 
 def _open_lock(path: str) -> int:
     os.makedirs(path, exist_ok=True)
+    # read-only: flock needs no write access, and a descriptor open for writing would keep the file
+    # system from being remounted read-only (the kernel does that to a failing disk)
     fd = os.open(os.path.join(path, LOCK_FILE),
-                 os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+                 os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(errno.ENXIO, f"{os.path.join(path, LOCK_FILE)} is not a regular file")
@@ -119,8 +122,11 @@ def lock_data_paths(paths: Iterable[str]) -> DataPathLocks:
             locks.fds[path] = fd
             try:
                 text = json.dumps({"pid": os.getpid(), "started": started}) + "\n"
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, text.encode(), 0)
+                wfd = os.open(os.path.join(path, LOCK_FILE), os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC)
+                try:
+                    os.write(wfd, text.encode())
+                finally:
+                    os.close(wfd)
             except OSError as e:  # the lock holds all the same; only the note for the next one is missing
                 logger.bind(disk=path).warning("data path {}: could not write the lock holder: {}", path, e)
     except BaseException:
