@@ -345,7 +345,7 @@ def open_data(root: str, app_id: str, shuffle_id: int, partition_id: int, offset
     return DataFile(fd, offset, length)
 
 
-PURGE_STEP_OPS = 2000
+PURGE_STEP_OPS = 500
 """Entries a purge deletes per step on the writer thread (``remove_app``'s ``max_ops``): spills queued
 behind a purge of a huge app wait for one step, not for the whole deletion."""
 

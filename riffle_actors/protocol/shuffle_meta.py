@@ -252,8 +252,12 @@ def check_header(buf: bytes | bytearray | memoryview) -> None:
 
 def decode_log(buf: bytes | bytearray | memoryview) -> LogContents:
     """Every whole, checked record of a metadata log; see the module docstring for what stops it."""
-    check_header(buf)
     mv = memoryview(buf)
+    if not mv.c_contiguous:  # a strided view: struct cannot read it
+        mv = memoryview(mv.tobytes())
+    if mv.format != "B" or mv.ndim != 1:
+        mv = mv.cast("B")
+    check_header(mv)
     out = LogContents(valid_length=HEADER_SIZE)
     pos = HEADER_SIZE
     end = len(mv)

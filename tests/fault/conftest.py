@@ -27,10 +27,10 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from riffle_actors.runtime import Clock
 from riffle_actors.config import ServerConfig, validate_config
-from riffle_actors.io.faults import FaultyLocalIO
 from riffle_actors.io.data_lock import LOCK_FILE
+from riffle_actors.io.faults import FaultyLocalIO
+from riffle_actors.runtime import Clock
 from riffle_actors.server import ShuffleServer
 from tests.helpers import app_dirs, budget_figures, poll_until, wait_server_clean
 from tests.helpers.client import UniffleClient
