@@ -14,6 +14,7 @@ Each test runs real ``riffle-server`` processes on real data paths and plants wh
   app is served;
 - a second server on the same data path: refused (exit 1, one line naming the path and the
   holder's pid) before recovery touches anything; the first keeps serving;
+- the disk probe never writes through a symlink planted at its file name;
 - the purge of an app with tens of thousands of shuffle directories and a small
   ``disk_io_timeout_sec``: no disk is quarantined, ``/health`` stays 200.
 """
@@ -430,3 +431,18 @@ def test_the_purge_of_a_huge_app_is_not_a_disk_fault(daemons) -> None:
         import shutil
 
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_the_disk_probe_never_writes_through_a_planted_symlink(tmp_path: Path) -> None:
+    # the probe runs in the probe worker processes; its file name is ``.riffle-health-probe-<pid>``
+    from riffle_actors.io.probe import PROBE_FILE, probe_disk
+
+    root = tmp_path / "data"
+    root.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep me" * 10)
+    (root / f"{PROBE_FILE}-{os.getpid()}").symlink_to(victim)
+    result = probe_disk(str(root))
+    assert result.ok, result
+    assert victim.read_bytes() == b"keep me" * 10
+    assert not (root / f"{PROBE_FILE}-{os.getpid()}").exists()
