@@ -319,7 +319,7 @@ async def _run_purge(res: DiskResources, root: str, app_id: str, shuffle_id: int
                     continue  # deleting, only slowly (or behind another purge's step): not hung
                 fut.add_done_callback(_consume)
                 raise TimeoutError(f"purge deleted nothing within {timeout:g}s (disk_io_timeout_sec)") from None
-        if done:
+        if done is not False:  # True (or None, from a LocalIO that deletes in one go): nothing left
             return
 
 
