@@ -16,6 +16,9 @@ disk can block a syscall for minutes); its thread stays blocked, later work queu
 A purge is not one operation: it deletes in steps of ``PURGE_STEP_OPS`` entries on the writer
 thread (spills interleave between them) and fails with TIMEOUT only when no entry at all was
 deleted on the disk for ``io_timeout_s`` (a hung unlink), never because the app was large.
+A write or metadata append for an app (or shuffle) whose purge is still running waits until it
+ends before it is queued (an id registered again must not lose its new files to a later step);
+that wait is not part of its ``io_timeout_s``.
 
 The blocking operations come from an injected ``LocalIO`` (``riffle_actors.io.local``; fault
 tests pass a ``FaultyLocalIO``). The thread pools, the ``LocalIO`` and the purge fences live in
@@ -101,6 +104,7 @@ class DiskResources:
     # entries deleted by purges on this disk: a purge step waiting behind another one is not hung
     purge_progress: RemovalProgress = field(default_factory=RemovalProgress)
     purges: set[asyncio.Task] = field(default_factory=set)  # running purges (they outlive an incarnation)
+    purging: dict[tuple[str, int | None], asyncio.Task] = field(default_factory=dict)  # the newest one per key
     _writer: ThreadPoolExecutor | None = None
     _reader: ThreadPoolExecutor | None = None
     _meta: ThreadPoolExecutor | None = None
@@ -182,9 +186,16 @@ class DiskActor(Actor):
             case WriteBatch():
                 if self._is_fenced(msg.app_id, msg.shuffle_id, msg.epoch):
                     raise AppPurgedError(f"app {msg.app_id} shuffle {msg.shuffle_id} was purged")
-                return self._finish_write(msg, loop.run_in_executor(
-                    self.res.writer, self.res.local_io.append_batch, self.root, msg.app_id, msg.shuffle_id,
-                    msg.partition_id, msg.blocks))
+                submit = partial(loop.run_in_executor, self.res.writer, self.res.local_io.append_batch, self.root,
+                                 msg.app_id, msg.shuffle_id, msg.partition_id, msg.blocks)
+                pending = self._purges_of(((msg.app_id, msg.shuffle_id),))
+                if pending:  # a new incarnation's write waits for the old one's purge (not timed)
+                    def write_now():
+                        if self._is_fenced(msg.app_id, msg.shuffle_id, msg.epoch):  # purged again meanwhile
+                            raise AppPurgedError(f"app {msg.app_id} shuffle {msg.shuffle_id} was purged")
+                        return self._finish_write(msg, submit())
+                    return self._after_purges(pending, write_now)
+                return self._finish_write(msg, submit())
             case ReadIndex():
                 return self._wrap("read index", loop.run_in_executor(
                     self.res.reader, self.res.local_io.read_index, self.root, msg.app_id, msg.shuffle_id,
@@ -206,9 +217,12 @@ class DiskActor(Actor):
                 # on the metadata thread; fences are checked now (mailbox order with the purges) and
                 # again on the thread before and after the write (see _append_meta)
                 todo = [None if self._is_fenced(e.app_id, e.shuffle_id, e.epoch) else e for e in entries]
-                return self._wrap("metadata append", loop.run_in_executor(
-                    self.res.meta, _append_meta, self.res.local_io, self.root, self.disk_name, todo,
-                    self._is_fenced))
+                append = partial(loop.run_in_executor, self.res.meta, _append_meta, self.res.local_io, self.root,
+                                 self.disk_name, todo, self._is_fenced)
+                pending = self._purges_of((e.app_id, e.shuffle_id) for e in todo if e is not None)
+                if pending:
+                    return self._after_purges(pending, lambda: self._wrap("metadata append", append()))
+                return self._wrap("metadata append", append())
             case UnfenceApp(app_id=app_id):
                 # late spills of the purged incarnation are dropped by the SpillDispatcher (their
                 # owner is dead); writes queued after this message belong to the new incarnation
@@ -234,9 +248,32 @@ class DiskActor(Actor):
                                                       name=f"purge:{self.disk_name}:{app_id}:{shuffle_id}")
         self.res.purges.add(task)
         task.add_done_callback(self.res.purges.discard)
+        key = (app_id, shuffle_id)
+        self.res.purging[key] = task
+        task.add_done_callback(lambda t, k=key: self.res.purging.pop(k, None) if self.res.purging.get(k) is t
+                               else None)
         if shuffle_id is None:
             task.add_done_callback(partial(_purge_done, self.res, app_id))
         return task
+
+    def _purges_of(self, keys) -> set[asyncio.Task]:
+        """The running purges a write for ``(app id, shuffle id)`` keys must wait for: a purge deletes in steps,
+        so without this a new incarnation's files (the app or shuffle id registered again) written between
+        two steps would be deleted by the next one."""
+        purging = self.res.purging
+        if not purging:
+            return set()
+        found = set()
+        for app_id, shuffle_id in keys:
+            for key in ((app_id, None), (app_id, shuffle_id)):
+                task = purging.get(key)
+                if task is not None and not task.done():
+                    found.add(task)
+        return found
+
+    async def _after_purges(self, pending: set[asyncio.Task], then):
+        await asyncio.wait(pending)  # their failures are reported by their own reply
+        return await then()
 
     async def _purge_reply(self, fut: asyncio.Future) -> None:
         try:
