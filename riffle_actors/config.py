@@ -370,6 +370,10 @@ class LocalfileStoreConfig(StrictModel):
         True, description="spill appends bypass the page cache (O_DIRECT from aligned buffers; the unaligned "
                           "tail is rewritten by the next append); a file system that refuses O_DIRECT gets "
                           "buffered appends, with the reason logged")
+    recovery_file_max_size: ByteSize = Field(
+        "1G", ge=1 << 20, description="restart recovery reads no shuffle.meta or partition index larger than "
+                                         "this (the shuffle or partition counts as lost, logged); a metadata "
+                                         "append that would grow a shuffle.meta past it fails")
 
     # Riffle's keys (docs/riffle-compat.md)
     write_concurrency_per_disk: int | None = Field(

@@ -379,6 +379,9 @@ class Metrics:
         self.recovery_remote_storage_refused = Counter(
             "riffle_recovery_remote_storage_refused", "recovered apps whose remote storage is no longer in "
             "hdfs_store.remote_storage (their HDFS files are not touched)", registry=r)
+        self.recovery_foreign = Counter("riffle_recovery_foreign_entries", "entries under the data paths the restart "
+                                        "recovery left alone (symlinks, FIFOs, devices, names the server never "
+                                        "writes)", registry=r)
         self.spill_tier_choices = Counter(
             "riffle_spill_tier_choices", "tier chosen per spill attempt and why (store_type with HDFS): reason "
             "huge_partition, cold_threshold, no_healthy_disk, memory_hdfs, localfile, no_remote_storage; "
@@ -413,8 +416,9 @@ class Metrics:
             self.disk_throttled_seconds.labels(disk, op).inc(wait_s)
 
     def on_recovered(self, *, seconds: float, apps: int, partitions: int, lost_blocks: int, removed: int,
-                     remote_storage_refused: int = 0) -> None:
+                     remote_storage_refused: int = 0, foreign: int = 0) -> None:
         self.recovery_remote_storage_refused.inc(remote_storage_refused)
+        self.recovery_foreign.inc(foreign)
         self.recovery_seconds.set(seconds)
         self.recovery_apps.set(apps)
         self.recovery_partitions.set(partitions)

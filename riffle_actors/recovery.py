@@ -32,11 +32,11 @@ from dataclasses import dataclass, field
 from loguru import logger
 
 from riffle_actors.actors.app import RestoreApp
-from riffle_actors.actors.app_manager import GetOrCreateApp, check_app_id
+from riffle_actors.actors.app_manager import GetOrCreateApp
 from riffle_actors.actors.disk import DiskResources
 from riffle_actors.actors.hdfs_writer import RegisterRemoteStorage
 from riffle_actors.errors import InvalidRequestError, RiffleError
-from riffle_actors.io.meta_store import DiskScan, remove_tree, scan_root
+from riffle_actors.io.meta_store import DEFAULT_MAX_FILE_BYTES, DiskScan, remove_tree, scan_root
 from riffle_actors.runtime import ActorRef
 from riffle_actors.state.recovery import RecoveryPlan, plan_recovery
 
@@ -51,6 +51,7 @@ class RecoveryReport:
     lost_by_app: dict[str, int] = field(default_factory=dict)
     removed: list[tuple[str, str]] = field(default_factory=list)
     repaired: int = 0
+    foreign: int = 0  # entries left alone: symlinks, FIFOs, devices, names the server never writes
     seconds: float = 0.0
     # (app, path): apps whose recorded remote storage is no longer in hdfs_store.remote_storage
     remote_storage_refused: list[tuple[str, str]] = field(default_factory=list)
@@ -59,25 +60,31 @@ class RecoveryReport:
         return {"apps": self.apps, "shuffles": self.shuffles, "partitions": self.partitions,
                 "reported_blocks": self.reported_blocks, "lost_blocks": self.lost_blocks,
                 "lost_by_app": dict(self.lost_by_app), "removed": [{"path": p, "reason": r} for p, r in self.removed],
-                "repaired_files": self.repaired, "seconds": round(self.seconds, 3),
+                "repaired_files": self.repaired, "foreign_entries": self.foreign, "seconds": round(self.seconds, 3),
                 "remote_storage_refused": [{"app_id": a, "path": p} for a, p in self.remote_storage_refused]}
 
 
-async def _scan(res: DiskResources) -> DiskScan:
+async def _scan(res: DiskResources, max_file_bytes: int) -> DiskScan:
     loop = asyncio.get_running_loop()
     try:
-        return await loop.run_in_executor(res.writer, scan_root, res.root)
+        return await loop.run_in_executor(res.writer, scan_root, res.root, max_file_bytes)
     except OSError as e:
         return DiskScan(res.root, error=f"cannot scan {res.root}: {e}")
 
 
-def _remove(removals: Sequence[tuple[str, str]]) -> None:
-    for path, _why in removals:
-        remove_tree(path)
+def _remove(roots: Sequence[str], removals: Sequence[tuple[str, str]]) -> None:
+    for path, why in removals:
+        root = next((r for r in roots if path.startswith(r.rstrip(os.sep) + os.sep)), None)
+        try:
+            if root is None:
+                raise OSError(f"{path} is not below a data path")
+            remove_tree(root, path)
+        except OSError as e:  # never fatal: the next start tries again
+            logger.warning("recovery could not remove {} ({}): {}", path, why, e)
 
 
-async def recover(disks: Sequence[DiskResources], app_manager: ActorRef, hdfs: ActorRef | None = None
-                  ) -> RecoveryReport:
+async def recover(disks: Sequence[DiskResources], app_manager: ActorRef, hdfs: ActorRef | None = None,
+                  *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> RecoveryReport:
     """Rebuild the apps found under ``disks``; see the module docstring.
 
     The cyclic garbage collector is off meanwhile: recovery allocates several objects per partition
@@ -87,16 +94,17 @@ async def recover(disks: Sequence[DiskResources], app_manager: ActorRef, hdfs: A
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return await _recover(disks, app_manager, hdfs)
+        return await _recover(disks, app_manager, hdfs, max_file_bytes)
     finally:
         if was_enabled:
             gc.enable()
 
 
-async def _recover(disks: Sequence[DiskResources], app_manager: ActorRef, hdfs: ActorRef | None) -> RecoveryReport:
+async def _recover(disks: Sequence[DiskResources], app_manager: ActorRef, hdfs: ActorRef | None,
+                   max_file_bytes: int) -> RecoveryReport:
     started = time.monotonic()
     loop = asyncio.get_running_loop()
-    scans = list(await asyncio.gather(*(_scan(res) for res in disks)))
+    scans = list(await asyncio.gather(*(_scan(res, max_file_bytes) for res in disks)))
     scanned = time.monotonic()
     plan: RecoveryPlan = await loop.run_in_executor(None, plan_recovery, scans)
     planned = time.monotonic()
@@ -107,17 +115,14 @@ async def _recover(disks: Sequence[DiskResources], app_manager: ActorRef, hdfs: 
         logger.warning("recovery repaired a partial file: {}", repair)
     report.repaired = len(plan.repairs)
     removals = list(plan.removals)
-    apps = []
-    for app in plan.apps:
-        try:
-            check_app_id(app.app_id)
-        except RiffleError:
-            removals.extend((os.path.join(res.root, app.app_id), f"{app.app_id!r} is not a valid app id")
-                            for res in disks if os.path.isdir(os.path.join(res.root, app.app_id)))
-            continue
-        apps.append(app)
+    apps = plan.apps  # their directory names passed check_app_id in the scan
+    for line in plan.foreign:
+        logger.warning("recovery: foreign entry {}", line)
+    if plan.foreign_total > len(plan.foreign):
+        logger.warning("recovery: {} more foreign entries not listed", plan.foreign_total - len(plan.foreign))
+    report.foreign = plan.foreign_total
     if removals:
-        await loop.run_in_executor(None, _remove, removals)
+        await loop.run_in_executor(None, _remove, [res.root for res in disks], removals)
         for path, why in removals:
             logger.warning("recovery removed {}: {}", path, why)
     report.removed = removals
@@ -149,8 +154,9 @@ async def _recover(disks: Sequence[DiskResources], app_manager: ActorRef, hdfs: 
             app.partitions, app.lost_blocks)
     report.seconds = time.monotonic() - started
     logger.info("recovery took {:.3f}s (scan {:.3f}s, plan {:.3f}s, rebuild {:.3f}s): {} apps, {} shuffles, "
-                "{} partitions, {} reported blocks, {} lost blocks, {} paths removed, {} files repaired",
+                "{} partitions, {} reported blocks, {} lost blocks, {} paths removed, {} files repaired, "
+                "{} foreign entries left alone",
                 report.seconds, scanned - started, planned - scanned, time.monotonic() - planned, report.apps,
                 report.shuffles, report.partitions, report.reported_blocks, report.lost_blocks, len(report.removed),
-                report.repaired)
+                report.repaired, report.foreign)
     return report

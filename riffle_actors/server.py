@@ -79,6 +79,7 @@ from riffle_actors.admin import AdminService, HealthRules, ServerIdentity
 from riffle_actors.config import ConfigError, ServerConfig, apply_riffle_keys, load_config, riffle_key_notes
 from riffle_actors.credentials import AdminCredentialError, AdminCredentials
 from riffle_actors.decommission import Lifecycle
+from riffle_actors.io.data_lock import DataPathLocks, lock_data_paths
 from riffle_actors.io.hdfs import HdfsIO
 from riffle_actors.io.local import LocalIO, RealLocalIO
 from riffle_actors.io.malloc import tune_malloc
@@ -293,6 +294,7 @@ class ShuffleServer:
         #: stop event (the SIGTERM path); in process, ``stop()`` runs in the background
         self.request_stop: Callable[[], None] = self._stop_in_background
         self._stop_task: asyncio.Task | None = None
+        self._locks: DataPathLocks | None = None
 
     def _stop_in_background(self) -> None:
         if self._stop_task is None:
@@ -306,6 +308,9 @@ class ShuffleServer:
     async def start(self) -> None:
         cfg = self.cfg
         system = self.system
+        # first of all, before recovery reads or repairs anything: one server per data path
+        # (DataPathLockedError names the path and the holder's pid)
+        self._locks = lock_data_paths(cfg.localfile_store.data_paths)
         for level, note in self.riffle_notes:  # once per start: what each Riffle-only key does here
             logger.log(level, note)
         if cfg.localfile_store.launch_purge_enable:
@@ -323,7 +328,7 @@ class ShuffleServer:
         self.storage = storage
         self.disks = []
         ls = cfg.localfile_store
-        real_io = RealLocalIO(direct_io=ls.direct_io_append_enable)
+        real_io = RealLocalIO(direct_io=ls.direct_io_append_enable, meta_max_bytes=ls.recovery_file_max_size)
         limiter = ls.io_limiter
         for path in ls.data_paths:
             # created once per disk: threads, IO layer, throttle and fences survive Disk actor restarts
@@ -404,10 +409,11 @@ class ShuffleServer:
         holder["app_manager"] = self.app_manager
         await self.memory.tell(AttachAppManager(self.app_manager))
         # before any port listens: what the data paths hold is served from the first request on
-        self.recovery = rec = await recover(list(self._disk_resources.values()), self.app_manager, self.hdfs)
+        self.recovery = rec = await recover(list(self._disk_resources.values()), self.app_manager, self.hdfs,
+                                            max_file_bytes=ls.recovery_file_max_size)
         self.metrics.on_recovered(seconds=rec.seconds, apps=rec.apps, partitions=rec.partitions,
                                   lost_blocks=rec.lost_blocks, removed=len(rec.removed),
-                                  remote_storage_refused=len(rec.remote_storage_refused))
+                                  remote_storage_refused=len(rec.remote_storage_refused), foreign=rec.foreign)
 
         await self.timer.ask(ScheduleEvery("expire-tickets", float(cfg.memory_store.buffer_ticket_check_interval_sec),
                                            self.memory, ExpireTickets()))
@@ -569,6 +575,9 @@ class ShuffleServer:
             res.close()
         if self.hdfs_resources is not None:
             self.hdfs_resources.close()
+        if self._locks is not None:  # last: nothing of this server touches the data paths any more
+            self._locks.release()
+            self._locks = None
 
 
 async def serve(cfg: ServerConfig, stop_event: asyncio.Event, ports) -> int:

@@ -13,6 +13,12 @@ the SpillDispatcher decides what to do with a failed write, readers get a clear 
 every failure is reported to the DiskMonitor (``DiskIOFailed``), which decides quarantine.
 An operation that does not finish within ``io_timeout_s`` fails with kind TIMEOUT (a dying
 disk can block a syscall for minutes); its thread stays blocked, later work queues behind it.
+A purge is not one operation: it deletes in steps of ``PURGE_STEP_OPS`` entries on the writer
+thread (spills interleave between them) and fails with TIMEOUT only when no entry at all was
+deleted on the disk for ``io_timeout_s`` (a hung unlink), never because the app was large.
+A write or metadata append for an app (or shuffle) whose purge is still running waits until it
+ends before it is queued (an id registered again must not lose its new files to a later step);
+that wait is not part of its ``io_timeout_s``.
 
 The blocking operations come from an injected ``LocalIO`` (``riffle_actors.io.local``; fault
 tests pass a ``FaultyLocalIO``). The thread pools, the ``LocalIO`` and the purge fences live in
@@ -74,7 +80,9 @@ from riffle_actors.actors.storage_messages import (
 )
 from riffle_actors.errors import RiffleError
 from riffle_actors.io.local import LOCAL_IO, LocalIO
+from riffle_actors.io.localfile import PURGE_STEP_OPS
 from riffle_actors.io.meta_store import meta_path
+from riffle_actors.io.safe_fs import RemovalProgress
 from riffle_actors.runtime import Actor, ActorRef
 from riffle_actors.state.throttle import TokenBucket
 
@@ -157,6 +165,10 @@ class DiskResources:
     # app purges whose deletion failed: tried again by the next PurgeFiles and every new incarnation,
     # forgotten when the app id registers again (``UnfenceApp``: the files would be the new app's)
     failed_purges: set[str] = field(default_factory=set)
+    # entries deleted by purges on this disk: a purge step waiting behind another one is not hung
+    purge_progress: RemovalProgress = field(default_factory=RemovalProgress)
+    purges: set[asyncio.Task] = field(default_factory=set)  # running purges (they outlive an incarnation)
+    purging: dict[tuple[str, int | None], asyncio.Task] = field(default_factory=dict)  # the newest one per key
     _writer: ThreadPoolExecutor | None = None
     _reader: ThreadPoolExecutor | None = None
     _meta: ThreadPoolExecutor | None = None
@@ -238,9 +250,17 @@ class DiskActor(Actor):
             case WriteBatch():
                 if self._is_fenced(msg.app_id, msg.shuffle_id, msg.epoch):
                     raise AppPurgedError(f"app {msg.app_id} shuffle {msg.shuffle_id} was purged")
-                return self._finish_write(msg, loop.run_in_executor(
-                    self.res.writer, self._throttled_write(self.res.local_io.append_batch), self.root, msg.app_id,
-                    msg.shuffle_id, msg.partition_id, msg.blocks))
+                submit = partial(loop.run_in_executor, self.res.writer,
+                                 self._throttled_write(self.res.local_io.append_batch),
+                                 self.root, msg.app_id, msg.shuffle_id, msg.partition_id, msg.blocks)
+                pending = self._purges_of(((msg.app_id, msg.shuffle_id),))
+                if pending:  # a new incarnation's write waits for the old one's purge (not timed)
+                    def write_now():
+                        if self._is_fenced(msg.app_id, msg.shuffle_id, msg.epoch):  # purged again meanwhile
+                            raise AppPurgedError(f"app {msg.app_id} shuffle {msg.shuffle_id} was purged")
+                        return self._finish_write(msg, submit())
+                    return self._after_purges(pending, write_now)
+                return self._finish_write(msg, submit())
             case ReadIndex():
                 return self._wrap("read index", loop.run_in_executor(
                     self.res.reader, self._throttled_read(None, self.res.local_io.read_index), self.root,
@@ -257,14 +277,17 @@ class DiskActor(Actor):
                     self._fenced.popitem(last=False)
                 if self.res.failed_purges:
                     self._retry_failed_purges(skip=msg.app_id)
-                return self._wrap("purge", self._submit_purge(msg.app_id, msg.shuffle_id))
+                return self._purge_reply(self._submit_purge(msg.app_id, msg.shuffle_id))
             case AppendMeta(entries=entries):
                 # on the metadata thread; fences are checked now (mailbox order with the purges) and
                 # again on the thread before and after the write (see _append_meta)
                 todo = [None if self._is_fenced(e.app_id, e.shuffle_id, e.epoch) else e for e in entries]
-                return self._wrap("metadata append", loop.run_in_executor(
-                    self.res.meta, _append_meta, self.res.local_io, self.root, self.disk_name, todo,
-                    self._is_fenced))
+                append = partial(loop.run_in_executor, self.res.meta, _append_meta, self.res.local_io, self.root,
+                                 self.disk_name, todo, self._is_fenced)
+                pending = self._purges_of((e.app_id, e.shuffle_id) for e in todo if e is not None)
+                if pending:
+                    return self._after_purges(pending, lambda: self._wrap("metadata append", append()))
+                return self._wrap("metadata append", append())
             case UnfenceApp(app_id=app_id):
                 # late spills of the purged incarnation are dropped by the SpillDispatcher (their
                 # owner is dead); writes queued after this message belong to the new incarnation
@@ -294,13 +317,44 @@ class DiskActor(Actor):
         return partial(_read_throttled, t, length, fn) if t is not None and t.read else fn
 
     def _submit_purge(self, app_id: str, shuffle_id: int | None) -> asyncio.Future:
-        """Queue a deletion on the writer thread. It runs whatever happens to this incarnation (a crash
-        does not cancel the thread's work); an app purge that fails is kept for a retry."""
-        fut = asyncio.get_running_loop().run_in_executor(
-            self.res.writer, self.res.local_io.remove_app, self.root, app_id, shuffle_id)
+        """Start a deletion, in steps on the writer thread. It runs whatever happens to this incarnation
+        (a crash does not cancel it); an app purge that fails is kept for a retry."""
+        task = asyncio.get_running_loop().create_task(_run_purge(self.res, self.root, app_id, shuffle_id),
+                                                      name=f"purge:{self.disk_name}:{app_id}:{shuffle_id}")
+        self.res.purges.add(task)
+        task.add_done_callback(self.res.purges.discard)
+        key = (app_id, shuffle_id)
+        self.res.purging[key] = task
+        task.add_done_callback(lambda t, k=key: self.res.purging.pop(k, None) if self.res.purging.get(k) is t
+                               else None)
         if shuffle_id is None:
-            fut.add_done_callback(partial(_purge_done, self.res, app_id))
-        return fut
+            task.add_done_callback(partial(_purge_done, self.res, app_id))
+        return task
+
+    def _purges_of(self, keys) -> set[asyncio.Task]:
+        """The running purges a write for ``(app id, shuffle id)`` keys must wait for: a purge deletes in steps,
+        so without this a new incarnation's files (the app or shuffle id registered again) written between
+        two steps would be deleted by the next one."""
+        purging = self.res.purging
+        if not purging:
+            return set()
+        found = set()
+        for app_id, shuffle_id in keys:
+            for key in ((app_id, None), (app_id, shuffle_id)):
+                task = purging.get(key)
+                if task is not None and not task.done():
+                    found.add(task)
+        return found
+
+    async def _after_purges(self, pending: set[asyncio.Task], then):
+        await asyncio.wait(pending)  # their failures are reported by their own reply
+        return await then()
+
+    async def _purge_reply(self, fut: asyncio.Future) -> None:
+        try:
+            await asyncio.shield(fut)
+        except OSError as e:  # TimeoutError included: nothing was deleted for io_timeout_s
+            raise self._failed("purge", e) from e
 
     def _retry_failed_purges(self, skip: str | None = None) -> None:
         for app_id in sorted(self.res.failed_purges - {skip}):
@@ -356,6 +410,29 @@ class DiskActor(Actor):
             except Exception as e:  # noqa: BLE001 - the failure still reaches the caller
                 logger.bind(disk=self.disk_name).warning("could not report {} to the disk monitor: {!r}", op, e)
         return err
+
+
+async def _run_purge(res: DiskResources, root: str, app_id: str, shuffle_id: int | None) -> None:
+    """Delete the app's (shuffle's) files step by step; ``TimeoutError`` when a step made no progress on
+    this disk within ``io_timeout_s`` (see the module docstring)."""
+    loop = asyncio.get_running_loop()
+    progress = res.purge_progress
+    while True:
+        fut = loop.run_in_executor(res.writer, partial(res.local_io.remove_app, root, app_id, shuffle_id,
+                                                       max_ops=PURGE_STEP_OPS, progress=progress))
+        timeout = res.io_timeout_s
+        while True:
+            seen = progress.ops
+            try:
+                done = await asyncio.wait_for(asyncio.shield(fut), timeout)
+                break
+            except TimeoutError:
+                if progress.ops != seen:
+                    continue  # deleting, only slowly (or behind another purge's step): not hung
+                fut.add_done_callback(_consume)
+                raise TimeoutError(f"purge deleted nothing within {timeout:g}s (disk_io_timeout_sec)") from None
+        if done is not False:  # True (or None, from a LocalIO that deletes in one go): nothing left
+            return
 
 
 def _purge_done(res: DiskResources, app_id: str, fut: asyncio.Future) -> None:

@@ -178,9 +178,11 @@ class FaultyLocalIO:
         args = (root, app_id, shuffle_id, partition_id, offset, length)
         return self._run("read_data", args, lambda: self.inner.open_data(*args))
 
-    def remove_app(self, root: str, app_id: str, shuffle_id: int | None = None) -> None:
+    def remove_app(self, root: str, app_id: str, shuffle_id: int | None = None, *, max_ops: int | None = None,
+                   progress=None) -> bool:
         args = (root, app_id, shuffle_id)
-        self._run("remove_app", args, lambda: self.inner.remove_app(*args))
+        return self._run("remove_app", args,
+                         lambda: self.inner.remove_app(*args, max_ops=max_ops, progress=progress))
 
     def append_meta(self, root: str, app_id: str, shuffle_id: int, records: Sequence[tuple[int, bytes]]) -> int:
         args = (root, app_id, shuffle_id, records)

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from riffle_actors.io import localfile, meta_store
+from riffle_actors.io.safe_fs import RemovalProgress
 from riffle_actors.records import Block
 
 
@@ -93,7 +94,11 @@ class LocalIO(Protocol):
         """The data file opened at the range (for ``sendfile``); the caller closes the descriptor."""
         ...
 
-    def remove_app(self, root: str, app_id: str, shuffle_id: int | None = None) -> None: ...
+    def remove_app(self, root: str, app_id: str, shuffle_id: int | None = None, *, max_ops: int | None = None,
+                   progress: RemovalProgress | None = None) -> bool:
+        """Delete the app's (or shuffle's) files, at most ``max_ops`` entries per call, each counted in
+        ``progress``; True when nothing is left (``riffle_actors.io.safe_fs.remove_below``)."""
+        ...
 
     def append_meta(self, root: str, app_id: str, shuffle_id: int, records: Sequence[tuple[int, bytes]]) -> int:
         """Append ``(kind, body)`` records to the shuffle's metadata log (``riffle_actors.io.meta_store``)."""
@@ -108,10 +113,13 @@ class RealLocalIO:
     """``LocalIO`` backed by the real file system (``riffle_actors.io.localfile``).
 
     ``direct_io``: spill appends use O_DIRECT where the file system allows it
-    (``localfile_store.direct_io_append_enable``; see ``localfile``)."""
+    (``localfile_store.direct_io_append_enable``; see ``localfile``). ``meta_max_bytes``: a metadata
+    log append that would grow the log past it fails with ``EFBIG``
+    (``localfile_store.recovery_file_max_size``: a restart would not read it)."""
 
-    def __init__(self, direct_io: bool = False):
+    def __init__(self, direct_io: bool = False, meta_max_bytes: int | None = None):
         self.direct_io = direct_io
+        self.meta_max_bytes = meta_max_bytes  # localfile_store.recovery_file_max_size
 
     def ensure_root(self, root: str) -> None:
         localfile.ensure_root(root)
@@ -131,11 +139,12 @@ class RealLocalIO:
                   length: int) -> localfile.DataFile:
         return localfile.open_data(root, app_id, shuffle_id, partition_id, offset, length)
 
-    def remove_app(self, root: str, app_id: str, shuffle_id: int | None = None) -> None:
-        localfile.remove_app(root, app_id, shuffle_id)
+    def remove_app(self, root: str, app_id: str, shuffle_id: int | None = None, *, max_ops: int | None = None,
+                   progress: RemovalProgress | None = None) -> bool:
+        return localfile.remove_app(root, app_id, shuffle_id, max_ops=max_ops, progress=progress)
 
     def append_meta(self, root: str, app_id: str, shuffle_id: int, records: Sequence[tuple[int, bytes]]) -> int:
-        return meta_store.append_meta(root, app_id, shuffle_id, records)
+        return meta_store.append_meta(root, app_id, shuffle_id, records, self.meta_max_bytes)
 
     def usage(self, root: str) -> tuple[int, int]:
         return localfile.usage(root)

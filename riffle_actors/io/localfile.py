@@ -27,6 +27,13 @@ A read whose range reaches past the end of the data file is the client's mistake
 disk's: ``read_data`` / ``open_data`` raise ``InvalidRequestError`` (INVALID_REQUEST, naming the
 partition and the file's length, never the path), which the disk does not count as a failure.
 
+Nothing below a data path is trusted (``riffle_actors.io.safe_fs``): the app and shuffle
+directories are opened relative to the data path's descriptor with ``O_NOFOLLOW``, the partition
+files with ``O_NOFOLLOW | O_NONBLOCK`` and an ``fstat`` check, so a symlinked directory or file, a
+FIFO or a device is refused (``ELOOP`` / ``ENXIO``, which do not blame the disk) instead of having
+a client's bytes written to, or read from, something outside the data path. A purge deletes in
+bounded steps (``remove_app``'s ``max_ops``) and never follows a symlink.
+
 See also: ``riffle_actors.protocol.index`` (record codec), ``riffle_actors.actors.disk``.
 """
 
@@ -44,6 +51,7 @@ from typing import NamedTuple
 from loguru import logger
 
 from riffle_actors.errors import InvalidRequestError
+from riffle_actors.io.safe_fs import RemovalProgress, open_dir, open_file, remove_below
 from riffle_actors.protocol.index import INDEX_RECORD_SIZE, build_index
 from riffle_actors.records import Block
 
@@ -106,11 +114,20 @@ def append_batch(root: str, app_id: str, shuffle_id: int, partition_id: int,
     IO for good on a data path whose file system refuses it.
     Returns ``(data_offset_of_first_block, data_file_length_after)``.
     """
-    data_path, index_path = partition_paths(root, app_id, shuffle_id, partition_id)
-    os.makedirs(os.path.dirname(data_path), exist_ok=True)
+    data_path, _ = partition_paths(root, app_id, shuffle_id, partition_id)
+    dir_fd = open_dir(root, (app_id, str(shuffle_id)), create=True)
+    try:
+        return _append_in(dir_fd, root, data_path, partition_id, blocks, fsync, direct)
+    finally:
+        os.close(dir_fd)
+
+
+def _append_in(dir_fd: int, root: str, data_path: str, partition_id: int, blocks: Sequence[Block], fsync: bool,
+               direct: bool) -> tuple[int, int]:
+    files = _Files(dir_fd, data_path, f"partition-{partition_id}.data", f"partition-{partition_id}.index")
     if direct and _O_DIRECT and root not in _refused:
         try:
-            return _append(data_path, index_path, blocks, fsync, direct=True)
+            return _append(files, blocks, fsync, direct=True)
         except _DirectRefused as e:
             with _refused_lock:
                 first = root not in _refused
@@ -118,7 +135,17 @@ def append_batch(root: str, app_id: str, shuffle_id: int, partition_id: int,
             if first:
                 logger.bind(disk=root).warning(
                     "data path {}: the file system refuses O_DIRECT ({}); spills there use buffered IO", root, e)
-    return _append(data_path, index_path, blocks, fsync, direct=False)
+    return _append(files, blocks, fsync, direct=False)
+
+
+class _Files(NamedTuple):
+    """A partition's two files: their directory's descriptor, the data file's path (for messages and
+    the append lock) and the two names inside the directory."""
+
+    dir_fd: int
+    data_path: str
+    data: str
+    index: str
 
 
 def _staging_buffer() -> mmap.mmap:
@@ -137,7 +164,7 @@ def _pwrite_all(fd: int, view: memoryview, offset: int) -> None:
         offset += written
 
 
-def _write_direct(data_path: str, data_fd: int, base: int, blocks: Sequence[Block]) -> None:
+def _write_direct(files: _Files, data_fd: int, base: int, blocks: Sequence[Block]) -> None:
     """Write ``blocks`` at ``base`` through the aligned staging buffer (``data_fd`` has O_DIRECT)."""
     pos = base - base % DIRECT_ALIGN
     fill = base - pos
@@ -146,10 +173,10 @@ def _write_direct(data_path: str, data_fd: int, base: int, blocks: Sequence[Bloc
     try:
         if fill:
             # the unaligned tail of the previous append is rewritten in front of the new bytes
-            read_fd = os.open(data_path, os.O_RDONLY)
+            read_fd = open_file(files.dir_fd, files.data, os.O_RDONLY)
             try:
                 if os.preadv(read_fd, [view[:fill]], pos) != fill:
-                    raise OSError(errno.EIO, f"data file {data_path} shrank under its writer")
+                    raise OSError(errno.EIO, f"data file {files.data_path} shrank under its writer")
             finally:
                 os.close(read_fd)
         cap = len(view)
@@ -175,24 +202,23 @@ def _write_direct(data_path: str, data_fd: int, base: int, blocks: Sequence[Bloc
         view.release()
 
 
-def _append(data_path: str, index_path: str, blocks: Sequence[Block], fsync: bool, direct: bool) -> tuple[int, int]:
-    with _APPEND_LOCKS[hash(data_path) % len(_APPEND_LOCKS)]:
-        return _append_locked(data_path, index_path, blocks, fsync, direct)
+def _append(files: _Files, blocks: Sequence[Block], fsync: bool, direct: bool) -> tuple[int, int]:
+    with _APPEND_LOCKS[hash(files.data_path) % len(_APPEND_LOCKS)]:
+        return _append_locked(files, blocks, fsync, direct)
 
 
-def _append_locked(data_path: str, index_path: str, blocks: Sequence[Block], fsync: bool, direct: bool
-                   ) -> tuple[int, int]:
+def _append_locked(files: _Files, blocks: Sequence[Block], fsync: bool, direct: bool) -> tuple[int, int]:
     if direct:
         try:
-            data_fd = os.open(data_path, os.O_WRONLY | os.O_CREAT | _O_DIRECT, 0o644)
+            data_fd = open_file(files.dir_fd, files.data, os.O_WRONLY | os.O_CREAT | _O_DIRECT)
         except OSError as e:
             if e.errno == errno.EINVAL:
                 raise _DirectRefused(f"open with O_DIRECT: {e.strerror}") from e
             raise
     else:
-        data_fd = os.open(data_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        data_fd = open_file(files.dir_fd, files.data, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     try:
-        index_fd = os.open(index_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        index_fd = open_file(files.dir_fd, files.index, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         try:
             base = os.fstat(data_fd).st_size
             index_base = os.fstat(index_fd).st_size
@@ -206,7 +232,7 @@ def _append_locked(data_path: str, index_path: str, blocks: Sequence[Block], fsy
                     _write_all(data_fd, [b.data for b in blocks])
                 elif data_len:
                     try:
-                        _write_direct(data_path, data_fd, base, blocks)
+                        _write_direct(files, data_fd, base, blocks)
                     except OSError as e:
                         if e.errno != errno.EINVAL:
                             raise
@@ -230,20 +256,59 @@ def _append_locked(data_path: str, index_path: str, blocks: Sequence[Block], fsy
         os.close(data_fd)
 
 
+def _open_partition_dir(root: str, app_id: str, shuffle_id: int) -> int | None:
+    """The shuffle's directory (never through a symlink), or None when it does not exist."""
+    try:
+        return open_dir(root, (app_id, str(shuffle_id)))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
 def read_index(root: str, app_id: str, shuffle_id: int, partition_id: int) -> tuple[bytes, int]:
     """The whole index (cut to whole records) and the data file length; empty when absent."""
-    data_path, index_path = partition_paths(root, app_id, shuffle_id, partition_id)
-    try:
-        with open(index_path, "rb") as f:
-            index = f.read()
-    except FileNotFoundError:
+    dir_fd = _open_partition_dir(root, app_id, shuffle_id)
+    if dir_fd is None:
         return b"", 0
-    index = index[: len(index) - len(index) % INDEX_RECORD_SIZE]
     try:
-        data_len = os.stat(data_path).st_size
-    except FileNotFoundError:
-        return b"", 0
-    return index, data_len
+        try:
+            fd = open_file(dir_fd, f"partition-{partition_id}.index", os.O_RDONLY)
+        except FileNotFoundError:
+            return b"", 0
+        try:
+            size = os.fstat(fd).st_size
+            chunks, got = [], 0
+            while got < size:
+                chunk = os.pread(fd, min(size - got, 1 << 30), got)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                got += len(chunk)
+            index = b"".join(chunks)
+        finally:
+            os.close(fd)
+        index = index[: len(index) - len(index) % INDEX_RECORD_SIZE]
+        try:
+            fd = open_file(dir_fd, f"partition-{partition_id}.data", os.O_RDONLY)
+        except FileNotFoundError:
+            return b"", 0
+        try:
+            data_len = os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+        return index, data_len
+    finally:
+        os.close(dir_fd)
+
+
+def _open_data_file(root: str, app_id: str, shuffle_id: int, partition_id: int) -> int:
+    dir_fd = _open_partition_dir(root, app_id, shuffle_id)
+    if dir_fd is None:
+        data_path, _ = partition_paths(root, app_id, shuffle_id, partition_id)
+        raise FileNotFoundError(errno.ENOENT, f"no such file {data_path}")
+    try:
+        return open_file(dir_fd, f"partition-{partition_id}.data", os.O_RDONLY)
+    finally:
+        os.close(dir_fd)
 
 
 def _check_range(fd: int, partition_id: int, offset: int, length: int) -> None:
@@ -256,7 +321,7 @@ def _check_range(fd: int, partition_id: int, offset: int, length: int) -> None:
 def read_data(root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int, length: int) -> bytes:
     """Exactly ``length`` bytes at ``offset`` of the data file; ``InvalidRequestError`` past its end, or ``OSError``."""
     data_path, _ = partition_paths(root, app_id, shuffle_id, partition_id)
-    fd = os.open(data_path, os.O_RDONLY)
+    fd = _open_data_file(root, app_id, shuffle_id, partition_id)
     try:
         _check_range(fd, partition_id, offset, length)
         parts = []
@@ -284,7 +349,7 @@ def open_data(root: str, app_id: str, shuffle_id: int, partition_id: int, offset
     """The data file opened for reading ``length`` bytes at ``offset`` (checked to be there;
     ``InvalidRequestError`` past its end), or ``OSError``."""
     data_path, _ = partition_paths(root, app_id, shuffle_id, partition_id)
-    fd = os.open(data_path, os.O_RDONLY)
+    fd = _open_data_file(root, app_id, shuffle_id, partition_id)
     try:
         _check_range(fd, partition_id, offset, length)
     except BaseException:
@@ -293,9 +358,17 @@ def open_data(root: str, app_id: str, shuffle_id: int, partition_id: int, offset
     return DataFile(fd, offset, length)
 
 
-def remove_app(root: str, app_id: str, shuffle_id: int | None = None) -> None:
-    path = os.path.join(root, app_id) if shuffle_id is None else partition_dir(root, app_id, shuffle_id)
-    shutil.rmtree(path, ignore_errors=True)
+PURGE_STEP_OPS = 500
+"""Entries a purge deletes per step on the writer thread (``remove_app``'s ``max_ops``): spills queued
+behind a purge of a huge app wait for one step, not for the whole deletion."""
+
+
+def remove_app(root: str, app_id: str, shuffle_id: int | None = None, *, max_ops: int | None = None,
+               progress: RemovalProgress | None = None) -> bool:
+    """Delete an app's (or one shuffle's) directory below ``root``, never through a symlink; at most
+    ``max_ops`` entries per call (None: all). True when it is gone, False when more calls are needed."""
+    parts = (app_id,) if shuffle_id is None else (app_id, str(shuffle_id))
+    return remove_below(root, parts, max_ops=max_ops, progress=progress)
 
 
 def usage(root: str) -> tuple[int, int]:

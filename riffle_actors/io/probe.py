@@ -66,7 +66,13 @@ def probe_disk(root: str) -> ProbeResult:
         capacity, used = usage.used + usage.free, usage.used
         op = "write"
         payload = os.urandom(PROBE_BYTES)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        # whatever sits at the probe's name (a leftover, or a planted symlink or FIFO) is removed, never
+        # followed: the probe writes only a file it just created
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         try:
             view = memoryview(payload)
             while view:
@@ -76,7 +82,8 @@ def probe_disk(root: str) -> ProbeResult:
         finally:
             os.close(fd)
         op = "read"
-        with open(path, "rb") as f:
+        rfd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with open(rfd, "rb") as f:
             back = f.read()
         op = "remove"
         os.unlink(path)

@@ -16,11 +16,18 @@ Same layout as Java ``LocalFileWriter.writeIndex`` / ``HadoopFileWriter.writeInd
 Riffle ``index_codec.rs`` (``INDEX_BLOCK_SIZE = 40``). Encoding packs a whole batch with
 one ``struct`` call; decoding tolerates a torn tail (truncates to a multiple of 40), as
 every reader must.
+
+``scan_index`` is the restart recovery's reading of an index found on disk (which may hold
+anything): the block ids of the leading records that are sane (offset, length and block id not
+negative, the block inside the data file), where the data they index ends, and what is wrong
+with the rest (a torn tail, or the first record that points outside the data file). Memory is
+8 bytes per good record plus one 1024-record batch, whatever the input.
 """
 
 from __future__ import annotations
 
 import struct
+from array import array
 from collections.abc import Iterable, Sequence
 from functools import lru_cache, partial
 from itertools import chain
@@ -32,9 +39,11 @@ __all__ = [
     "INDEX_RECORD",
     "INDEX_RECORD_SIZE",
     "IndexEntry",
+    "IndexScan",
     "build_index",
     "decode_index",
     "encode_index",
+    "scan_index",
 ]
 
 INDEX_RECORD = struct.Struct(">qiiqqq")
@@ -158,3 +167,56 @@ def decode_index(buf: bytes | bytearray | memoryview) -> list[IndexEntry]:
     if whole == 0:
         return []
     return list(map(_new_entry, INDEX_RECORD.iter_unpack(mv[:whole])))
+
+
+class IndexScan(NamedTuple):
+    """What ``scan_index`` found: keep ``records`` whole records (the index is cut to
+    ``records * INDEX_RECORD_SIZE`` bytes) indexing ``data_end`` bytes of the data file."""
+
+    block_ids: array  # array('Q'): the block id of every kept record, in record order
+    records: int
+    data_end: int  # the largest offset + length of a kept record (0 when none)
+    torn_bytes: int  # bytes of a torn last record (len % 40)
+    bad_record: int  # index of the first record cut for pointing outside the data file, or -1
+    problem: str  # what was cut, as text ("" when nothing)
+
+
+_SCAN_BATCH = 1024
+
+
+def scan_index(buf: bytes | bytearray | memoryview, data_len: int) -> IndexScan:
+    """The sane leading records of an index found on disk next to a ``data_len``-byte data file."""
+    mv = memoryview(buf)
+    if not mv.c_contiguous:
+        mv = memoryview(mv.tobytes())
+    if mv.format != "B" or mv.ndim != 1:
+        mv = mv.cast("B")
+    n, torn = divmod(len(mv), INDEX_RECORD_SIZE)
+    ids = array("q")
+    end = 0
+    bad = -1
+    problem = ""
+    for first in range(0, n, _SCAN_BATCH):
+        k = min(_SCAN_BATCH, n - first)
+        values = _batch_struct(k).unpack_from(mv, first * INDEX_RECORD_SIZE)
+        offsets, lengths, block_ids = values[0::6], values[1::6], values[4::6]
+        ends = [o + ln for o, ln in zip(offsets, lengths)]
+        if min(offsets) >= 0 and min(lengths) >= 0 and min(block_ids) >= 0 and max(ends) <= data_len:
+            ids.extend(block_ids)
+            end = max(end, max(ends))
+            continue
+        i = next(j for j in range(k) if offsets[j] < 0 or lengths[j] < 0 or block_ids[j] < 0
+                 or ends[j] > data_len)
+        ids.extend(block_ids[:i])
+        if i:
+            end = max(end, max(ends[:i]))
+        bad = first + i
+        problem = (f"index record {bad} points outside the data file ({offsets[i]}+{lengths[i]}, block id "
+                   f"{block_ids[i]}, data file {data_len} bytes); it and later ones cut")
+        break
+    kept = bad if bad >= 0 else n
+    if torn and bad < 0:
+        problem = f"torn last index record, truncated {torn} bytes"
+    unsigned = array("Q")
+    unsigned.frombytes(ids.tobytes())  # every kept id is >= 0: the same bits
+    return IndexScan(unsigned, kept, end, torn, bad, problem)

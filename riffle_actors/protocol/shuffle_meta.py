@@ -27,6 +27,11 @@ appending again) and the problem as text. A record of a kind this version does n
 (written by a newer one) is skipped and counted. A file with another magic or a version this
 code does not read is unusable as a whole (``MetaFormatError``).
 
+A record whose checksum matches but whose body does not parse, or holds a value no writer
+produces (a block id above 2^63 - 1, a negative partition id), also stops the
+read, and marks the log ``corrupt``: that is not a torn append but damage (or a forgery), so a
+reader must not truncate it away and carry on as if the shuffle were whole.
+
 Nothing here is pickled; the codec builds and parses bytes with ``struct`` only.
 """
 
@@ -117,6 +122,7 @@ class LogContents:
     valid_length: int = 0  # bytes of header + whole, checked records
     problem: str = ""  # "" when the file ended cleanly after its last record
     unknown_records: int = 0  # well-formed records of kinds this version does not know
+    corrupt: bool = False  # a checksummed record did not parse or held out-of-range values
 
 
 # ---------------------------------------------------------------------------- encoding
@@ -213,6 +219,9 @@ class _Reader:
             raise ValueError(f"{len(self.mv) - self.pos} bytes after the body")
 
 
+_MAX_BLOCK_ID = (1 << 63) - 1  # block ids are Java longs >= 0 (riffle_actors.protocol.bitmap.MAX_ID)
+
+
 def _decode_register(r: _Reader) -> RegisterRecord:
     flags = r.take(1)[0]
     n = r.u32()
@@ -232,6 +241,10 @@ def _decode_block_ids(r: _Reader) -> BlockIdsRecord:
         ids.frombytes(r.take(8 * count))
         if not _LITTLE:
             ids.byteswap()
+        if pid < 0:
+            raise ValueError(f"partition id {pid} is negative")
+        if count and max(ids) > _MAX_BLOCK_ID:
+            raise ValueError(f"block id {max(ids)} of partition {pid} is above 2^63 - 1")
         parts.append((pid, ids))
     r.done()
     return BlockIdsRecord(tuple(parts))
@@ -241,6 +254,8 @@ def _decode_segment(r: _Reader) -> SegmentRecord:
     (pid,) = struct.unpack("<i", r.take(4))
     disk = r.str()
     r.done()
+    if pid < 0:
+        raise ValueError(f"partition id {pid} is negative")
     return SegmentRecord(pid, disk)
 
 
@@ -260,8 +275,12 @@ def check_header(buf: bytes | bytearray | memoryview) -> None:
 
 def decode_log(buf: bytes | bytearray | memoryview) -> LogContents:
     """Every whole, checked record of a metadata log; see the module docstring for what stops it."""
-    check_header(buf)
     mv = memoryview(buf)
+    if not mv.c_contiguous:  # a strided view: struct cannot read it
+        mv = memoryview(mv.tobytes())
+    if mv.format != "B" or mv.ndim != 1:
+        mv = mv.cast("B")
+    check_header(mv)
     out = LogContents(valid_length=HEADER_SIZE)
     pos = HEADER_SIZE
     end = len(mv)
@@ -289,6 +308,7 @@ def decode_log(buf: bytes | bytearray | memoryview) -> LogContents:
                 out.records.append(decoder(_Reader(body)))
             except (ValueError, UnicodeDecodeError, struct.error) as e:
                 out.problem = f"record at offset {pos} (kind {kind}) does not parse: {e}"
+                out.corrupt = True
                 break
         pos = body_start + length
         out.valid_length = pos

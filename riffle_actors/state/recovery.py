@@ -13,7 +13,9 @@ already). Output (``plan_recovery``): a ``RecoveryPlan`` with
   stop there are none. They are counted, never hidden;
 - ``removals``: ``(path, reason)`` for every shuffle directory with no usable metadata (no log,
   an unreadable one, or one without a registration) and every app directory left with no
-  usable shuffle. The caller removes them and logs one line each.
+  usable shuffle. The caller removes them and logs one line each;
+- ``foreign``: what the scans left alone (symlinks, FIFOs, devices, names the server never
+  writes), one line each (at most ``FOREIGN_KEPT`` per disk) and their total count.
 
 Pure and synchronous, but O(block ids): run it off the event loop.
 
@@ -74,6 +76,8 @@ class RecoveryPlan:
     removals: list[tuple[str, str]] = field(default_factory=list)  # (path, why)
     repairs: list[str] = field(default_factory=list)  # truncations done by the scan
     problems: list[str] = field(default_factory=list)  # data paths that could not be scanned
+    foreign: list[str] = field(default_factory=list)  # entries left alone ("path: what"), bounded
+    foreign_total: int = 0
 
 
 def _readable(s: ScannedShuffle) -> tuple[bool, str]:
@@ -165,6 +169,8 @@ def plan_recovery(scans: list[DiskScan]) -> RecoveryPlan:
     for scan in scans:
         if scan.error:
             plan.problems.append(scan.error)
+        plan.foreign.extend(scan.foreign)
+        plan.foreign_total += scan.foreign_total
         for app_id in scan.apps:
             if app_id not in app_ids:
                 app_ids.append(app_id)

@@ -30,6 +30,9 @@ spec §6, is one)::
             return
         _check(decode_frame(encode_frame(frame)) == frame, "frame round trip")
 
+The recovery decoders of what a data path holds (``decode_log`` of a ``shuffle.meta``,
+``scan_index`` of a partition index) are fuzzed too: a file on disk is untrusted input.
+
 Nothing here runs the fuzzer; importing this module only registers the harnesses.
 """
 
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,6 +86,21 @@ from riffle_actors.protocol.index import (
     build_index,
     decode_index,
     encode_index,
+    scan_index,
+)
+from riffle_actors.protocol.shuffle_meta import (
+    BLOCK_IDS,
+    FILE_HEADER,
+    HEADER_SIZE,
+    REGISTER,
+    SEGMENT,
+    BlockIdsRecord,
+    MetaFormatError,
+    decode_log,
+    encode_block_ids,
+    encode_register,
+    encode_segment,
+    frame,
 )
 from riffle_actors.protocol.proto import uniffle_pb2 as pb
 from riffle_actors.records import Block
@@ -775,3 +794,91 @@ def fuzz_applications_filter(data: bytes) -> None:
             if matched:
                 _check(not wanted.app_ids or app_id in wanted.app_ids, "an unlisted app matched")
                 _check(wanted.start_ms <= when <= wanted.end_ms, "an app outside the window matched")
+
+
+# --------------------------------------------------------------------------------------
+# What restart recovery reads from a data path (docs/recovery.md): shuffle.meta and indexes
+# --------------------------------------------------------------------------------------
+
+
+def _meta_seeds() -> list[bytes]:
+    reg = frame(REGISTER, encode_register([(0, 3), (7, 9)], local_order=True, user="u", remote_storage="hdfs://x",
+                                          properties=[("k", "v")]))
+    ids = frame(BLOCK_IDS, encode_block_ids([(1, [5, 6, MAX_ID]), (2, [])]))
+    seg = frame(SEGMENT, encode_segment(3, "/data/d1"))
+    too_big = frame(BLOCK_IDS, encode_block_ids([(0, array("Q", [(1 << 64) - 1]))]))
+    return [
+        FILE_HEADER,
+        FILE_HEADER + reg + ids + seg,
+        FILE_HEADER + reg + ids[:-3],  # torn tail
+        FILE_HEADER + reg + too_big + seg,  # a checksummed record with an id above 2**63 - 1
+        FILE_HEADER + frame(99, b"from a newer writer") + seg,
+        b"RSHM\x02\x00\x00\x00" + reg,
+    ]
+
+
+@harness(max_len=8192, seeds=_meta_seeds)
+def fuzz_shuffle_meta(data: bytes) -> None:
+    """``decode_log`` (a shuffle.meta found on disk): ``MetaFormatError`` or records that re-read the same
+    from ``valid_length`` bytes; ids in range; a corrupt log always says why; same for any buffer type."""
+    try:
+        out = decode_log(data)
+    except MetaFormatError:
+        for view in (bytearray(data), memoryview(data)):
+            try:
+                decode_log(view)
+            except MetaFormatError:
+                continue
+            raise FuzzPropertyError(f"{type(view).__name__} decodes where bytes do not")
+        return
+    _check(HEADER_SIZE <= out.valid_length <= len(data), f"valid_length {out.valid_length} of {len(data)}")
+    _check((out.valid_length < len(data)) == bool(out.problem), "a problem iff bytes are left over")
+    _check(not out.corrupt or bool(out.problem), "corrupt without a reason")
+    again = decode_log(data[: out.valid_length])
+    _check(again.problem == "" and not again.corrupt, "the valid prefix is not clean")
+    _check(again.records == out.records, "the valid prefix decodes to other records")
+    for rec in out.records:
+        if isinstance(rec, BlockIdsRecord):
+            for pid, ids in rec.parts:
+                _check(pid >= 0, f"negative partition id {pid}")
+                _check(all(0 <= i <= MAX_ID for i in ids[:_ITERATE_AT_MOST]), "block id out of range")
+    for view in (bytearray(data), memoryview(data), _strided(data)):
+        other = decode_log(view)
+        _check(other.records == out.records and other.valid_length == out.valid_length,
+               f"{type(view).__name__} decodes differently")
+
+
+def _scan_index_seeds() -> list[bytes]:
+    good = encode_index([IndexEntry(0, 10, 10, 1, 5, 1), IndexEntry(10, 20, 20, 2, 6, 1)])
+    return [
+        (30).to_bytes(4, "big") + good,
+        (25).to_bytes(4, "big") + good,  # the second record points past the data
+        (30).to_bytes(4, "big") + good + b"\x01" * 17,  # torn tail
+        (0).to_bytes(4, "big") + _SPEC_RECORD,
+        (1 << 31).to_bytes(4, "big") + _SPEC_RECORD * 3,
+        (100).to_bytes(4, "big") + b"\xff" * 80,
+    ]
+
+
+@harness(max_len=4096 + 4, seeds=_scan_index_seeds)
+def fuzz_scan_index(data: bytes) -> None:
+    """``scan_index`` (an index found on disk next to a data file of the first 4 bytes' length): keeps
+    exactly the leading sane records, as a naive reading of ``decode_index`` says."""
+    data_len, buf = int.from_bytes(data[:4], "big"), data[4:]
+    found = scan_index(buf, data_len)
+    entries = decode_index(buf)
+    sane = 0
+    while sane < len(entries):
+        e = entries[sane]
+        if e.offset < 0 or e.length < 0 or e.block_id < 0 or e.offset + e.length > data_len:
+            break
+        sane += 1
+    _check(found.records == sane, f"kept {found.records} records, {sane} are sane")
+    _check(list(found.block_ids) == [e.block_id for e in entries[:sane]], "block ids differ")
+    _check(found.data_end == max((e.offset + e.length for e in entries[:sane]), default=0), "data end differs")
+    _check(found.data_end <= data_len, "data end past the data file")
+    _check(found.bad_record == (sane if sane < len(entries) else -1), "bad record misplaced")
+    _check(found.torn_bytes == len(buf) % INDEX_RECORD_SIZE, "torn bytes")
+    _check(bool(found.problem) == (found.bad_record >= 0 or found.torn_bytes > 0), "problem text")
+    for view in (bytearray(buf), memoryview(buf), _strided(buf)):
+        _check(scan_index(view, data_len) == found, f"{type(view).__name__} scans differently")
