@@ -194,6 +194,9 @@ class Metrics:
             "riffle_spill_tier_choices", "tier chosen per spill attempt and why (store_type with HDFS): reason "
             "huge_partition, cold_threshold, no_healthy_disk, memory_hdfs, localfile, no_remote_storage; "
             "hdfs_unhealthy / hdfs_failed are fallbacks to local disk", ["tier", "reason"], registry=r)
+        self.held_reply_bytes = Gauge(
+            "riffle_server_held_reply_bytes", "read reply bytes held over gRPC and urpc (being read, or sent and "
+            "not yet taken by the client); bounded by max_reply_bytes", registry=r)
         self.snapshot = StateSnapshot()
         r.register(_StateCollector(self))
         self.loop_lag = LoopLagMonitor()  # started and stopped by the server, on its loop

@@ -94,6 +94,7 @@ from riffle_actors.state.tier_policy import HdfsHealth, TierRules
 from riffle_actors.transport.coordinator_client import GrpcCoordinatorLink
 from riffle_actors.transport.grpc_server import ShuffleServerServicer, start_grpc_server
 from riffle_actors.transport.http_server import start_http_server
+from riffle_actors.transport.reply_budget import ReplyBudget
 from riffle_actors.transport.server_internal import ShuffleServerInternalServicer
 from riffle_actors.transport.urpc_server import UrpcServer
 
@@ -264,9 +265,14 @@ class ShuffleServer:
         self.lifecycle = Lifecycle(apps=self.directory, clock=self.clock,
                                    check_interval_s=cfg.decommission_check_interval_sec,
                                    request_stop=lambda: self.request_stop(), announce=self._heartbeat_now)
+        self.replies = ReplyBudget(cfg.max_reply_bytes, cfg.reply_wait_timeout_sec,
+                                   on_change=self.metrics.held_reply_bytes.set)
         self._grpc, self.grpc_port = await start_grpc_server(
-            ShuffleServerServicer(self.service, self.metrics), cfg.grpc_bind_address, cfg.grpc_port,
-            cfg.grpc_max_message_size, internal=ShuffleServerInternalServicer(self.lifecycle, credentials))
+            ShuffleServerServicer(self.service, self.metrics, replies=self.replies,
+                                  max_reply_bytes_per_connection=cfg.grpc_max_reply_bytes_per_connection),
+            cfg.grpc_bind_address, cfg.grpc_port, cfg.grpc_max_message_size,
+            internal=ShuffleServerInternalServicer(self.lifecycle, credentials),
+            max_concurrent_streams=cfg.grpc_max_concurrent_streams)
         self.admin = AdminService(
             clock=self.clock, metrics=self.metrics, system=system, budget=self.budget, directory=self.directory,
             memory=self.memory, spill=self.spill, app_manager=self.app_manager, disk_monitor=self.disk_monitor,
@@ -282,7 +288,11 @@ class ShuffleServer:
                                     max_connections=uc.max_connections, max_inflight_bytes=uc.max_inflight_bytes,
                                     max_requests_per_connection=uc.max_requests_per_connection,
                                     index_v2=uc.get_index_rpc_version == "V2", sendfile=uc.sendfile_enable,
-                                    sendfile_stall_s=uc.sendfile_stall_timeout_sec)
+                                    sendfile_stall_s=uc.sendfile_stall_timeout_sec,
+                                    idle_timeout_s=uc.idle_timeout_sec, frame_timeout_s=uc.frame_read_timeout_sec,
+                                    frame_min_rate=uc.frame_read_min_bytes_per_sec,
+                                    max_reply_bytes_per_connection=uc.max_reply_bytes_per_connection,
+                                    replies=self.replies)
             self.urpc_port = await self._urpc.start(cfg.urpc_bind_address, cfg.urpc_port)
         self._http, self.http_port = await start_http_server(self.admin, cfg.http_bind_address, cfg.http_port,
                                                              lifecycle=self.lifecycle, credentials=credentials)

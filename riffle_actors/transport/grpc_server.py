@@ -38,19 +38,29 @@ from riffle_actors.records import Block
 from riffle_actors.service import ShuffleService
 from riffle_actors.transport.decode import decode_layout, decode_task_filter
 from riffle_actors.transport.listen import bind_grpc
+from riffle_actors.transport.reply_budget import ReplyBudget
 
 MAX_SEND_MESSAGE_BYTES = 1 << 30  # replies are bounded by what the server holds and by the read cap
 
 
-def grpc_options(max_receive_bytes: int) -> list[tuple[str, int]]:
+def grpc_options(max_receive_bytes: int, max_concurrent_streams: int = 100) -> list[tuple[str, int]]:
     """Server options: requests above ``max_receive_bytes`` are refused by gRPC (RESOURCE_EXHAUSTED)
-    from their length prefix, before their body is buffered; ``SO_REUSEPORT`` off, so a second
-    server on the same port fails instead of sharing it."""
+    from their length prefix, before their body is buffered; at most ``max_concurrent_streams`` RPCs
+    open per connection (HTTP/2 SETTINGS; the client queues more); ``SO_REUSEPORT`` off, so a
+    second server on the same port fails instead of sharing it."""
     return [
         ("grpc.max_receive_message_length", max_receive_bytes),
         ("grpc.max_send_message_length", MAX_SEND_MESSAGE_BYTES),
+        ("grpc.max_concurrent_streams", max_concurrent_streams),
         ("grpc.so_reuseport", 0),
     ]
+
+# Read replies are counted in the reply budgets until gRPC has sent them: these methods are served as
+# unary-stream handlers that write their one reply themselves, since a unary handler's reply is
+# queued by gRPC after the handler returned, out of sight (awaiting ``context.write`` returns once
+# the message went out under the client's HTTP/2 window). On the wire a one-message server stream
+# is the same as a unary reply (HEADERS, one DATA message, trailers): a unary client reads it as such.
+_STREAMED_REPLIES = frozenset({"getLocalShuffleData", "getMemoryShuffleData", "getLocalShuffleIndex"})
 
 _LOCAL_ORDER = pb.DataDistribution.Value("LOCAL_ORDER")
 _SERVICE = "rss.common.ShuffleServer"
@@ -84,13 +94,19 @@ def _serialize(message: object) -> bytes:
     return message.wire if type(message) is _Serialized else message.SerializeToString()
 
 
+def _wire_size(message: object) -> int:
+    return len(message.wire) if type(message) is _Serialized else message.ByteSize()
+
+
 def service_handler(servicer: object) -> grpc.GenericRpcHandler:
     """Every method of ``rss.common.ShuffleServer`` the servicer has, with protobuf (de)serializers, except
     that a ``_Serialized`` reply is sent as it is."""
     handlers = {}
     for method in pb.DESCRIPTOR.services_by_name["ShuffleServer"].methods:
         request = getattr(pb, method.input_type.name)
-        handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+        make = (grpc.unary_stream_rpc_method_handler if method.name in _STREAMED_REPLIES
+                else grpc.unary_unary_rpc_method_handler)
+        handlers[method.name] = make(
             getattr(servicer, method.name), request_deserializer=request.FromString, response_serializer=_serialize)
     return grpc.method_handlers_generic_handler(_SERVICE, handlers)
 
@@ -100,9 +116,58 @@ def _layout(layout: pb.BlockIdLayout) -> BlockIdLayout | None:
 
 
 class ShuffleServerServicer(pb_grpc.ShuffleServerServicer):
-    def __init__(self, service: ShuffleService, metrics: Metrics):
+    def __init__(self, service: ShuffleService, metrics: Metrics, *, replies: ReplyBudget | None = None,
+                 max_reply_bytes_per_connection: int = 256 << 20):
         self.service = service
         self.metrics = metrics
+        self.replies = replies if replies is not None else ReplyBudget(1 << 30, 10.0)
+        self.max_reply_bytes_per_connection = max_reply_bytes_per_connection
+        self._connections: dict[str, ReplyBudget] = {}  # peer -> its reply bytes; dropped when 0
+
+    def _connection_budget(self, peer: str) -> ReplyBudget:
+        budget = self._connections.get(peer)
+        if budget is None:
+            budget = self._connections[peer] = ReplyBudget(
+                self.max_reply_bytes_per_connection, self.replies.wait_timeout_s,
+                key="grpc_max_reply_bytes_per_connection", scope="this connection")
+        return budget
+
+    async def _read(self, context, want: int, rpc: str, make: Callable[..., object],
+                    body: Callable[[], Awaitable[dict]], app_id: str) -> None:
+        """A read RPC: reserve ``want`` reply bytes (connection, then server) before ``body`` reads, answer
+        NO_BUFFER if they stay taken for reply_wait_timeout_sec, and hold them until the reply was sent."""
+        peer = context.peer()
+        conn = self._connection_budget(peer)
+        held = 0
+
+        async def reserved_body() -> dict:
+            nonlocal held
+            if want:
+                await conn.acquire_or_refuse(want)
+                try:
+                    await self.replies.acquire_or_refuse(want)
+                except BaseException:
+                    conn.release(want)
+                    raise
+                held = want
+            return await body()
+
+        try:
+            reply = await self._call(rpc, make, reserved_body, app_id)
+            size = _wire_size(reply)
+            if size > held:
+                conn.take(size - held)
+                self.replies.take(size - held)
+            else:
+                conn.release(held - size)
+                self.replies.release(held - size)
+            held = size
+            await context.write(reply)
+        finally:
+            conn.release(held)
+            self.replies.release(held)
+            if conn.held == 0 and not conn.waiting and self._connections.get(peer) is conn:
+                del self._connections[peer]
 
     async def _call(self, rpc: str, make: Callable[..., object], body: Callable[[], Awaitable[dict]],
                     app_id: str = "") -> object:
@@ -195,6 +260,9 @@ class ShuffleServerServicer(pb_grpc.ShuffleServerServicer):
         return await self._call("getShuffleResultForMultiPart", pb.GetShuffleResultForMultiPartResponse, body,
                                 request.appId)
 
+    def _read_cap(self, n: int) -> int:
+        return min(max(1, n), self.service.max_read_length)
+
     async def getMemoryShuffleData(self, request, context):
         async def body():
             bitmap = request.serializedExpectedTaskIdsBitmap if request.HasField(
@@ -216,14 +284,15 @@ class ShuffleServerServicer(pb_grpc.ShuffleServerServicer):
             head = pb.GetMemoryShuffleDataResponse(status=status, retMsg=retMsg,
                                                    shuffleDataBlockSegments=shuffleDataBlockSegments)
             return _with_data(head, 2, data) if data else head
-        return await self._call("getMemoryShuffleData", make, body, request.appId)
+        await self._read(context, self._read_cap(request.readBufferSize), "getMemoryShuffleData", make, body,
+                         request.appId)
 
     async def getLocalShuffleIndex(self, request, context):
         async def body():
             index, data_len, storage_ids = await self.service.get_local_index(
                 request.appId, request.shuffleId, request.partitionId)
             return {"indexData": index, "dataFileLen": data_len, "storageIds": storage_ids}
-        return await self._call("getLocalShuffleIndex", pb.GetLocalShuffleIndexResponse, body, request.appId)
+        await self._read(context, 0, "getLocalShuffleIndex", pb.GetLocalShuffleIndexResponse, body, request.appId)
 
     async def getLocalShuffleData(self, request, context):
         async def body():
@@ -235,7 +304,8 @@ class ShuffleServerServicer(pb_grpc.ShuffleServerServicer):
         def make(status, retMsg, data=b""):
             head = pb.GetLocalShuffleDataResponse(status=status, retMsg=retMsg)
             return _with_data(head, 1, [data]) if data else head
-        return await self._call("getLocalShuffleData", make, body, request.appId)
+        want = self._read_cap(request.length) if 0 < request.length <= self.service.max_read_length else 0
+        await self._read(context, want, "getLocalShuffleData", make, body, request.appId)
 
     # ------------------------------------------------------------- lifecycle
     async def appHeartbeat(self, request, context):
@@ -268,11 +338,12 @@ class ShuffleServerServicer(pb_grpc.ShuffleServerServicer):
 async def start_grpc_server(servicer: ShuffleServerServicer, host: str, port: int,
                             max_receive_bytes: int, *,
                             internal: pb_grpc.ShuffleServerInternalServicer | None = None,
+                            max_concurrent_streams: int = 100,
                             ) -> tuple[grpc.aio.Server, int]:
     """Start a grpc.aio server on exactly ``host:port``; returns it and the bound port (0 = any free port).
 
     ``internal``: the ``ShuffleServerInternal`` service (decommission) served on the same port, as upstream."""
-    server = grpc.aio.server(options=grpc_options(max_receive_bytes))
+    server = grpc.aio.server(options=grpc_options(max_receive_bytes, max_concurrent_streams))
     server.add_generic_rpc_handlers((service_handler(servicer),))
     if internal is not None:
         pb_grpc.add_ShuffleServerInternalServicer_to_server(internal, server)
