@@ -17,6 +17,13 @@ order), so the payload is copied once instead of into the message, again into it
 form (and, for memory reads, a third time by a join). On 14 MiB replies this saves about 1-2 s of
 CPU per GB read (``scripts/bench_ingest.py``; figures in docs/performance.md).
 
+Read replies are bounded (``riffle_actors.transport.reply_budget``): a read reserves its expected
+reply size in its connection's budget (``grpc_max_reply_bytes_per_connection``) and the server's
+(``max_reply_bytes``, shared with urpc) before it reads, waits up to ``reply_wait_timeout_sec``
+(then NO_BUFFER), and keeps the bytes until gRPC has sent the reply, so a client that never grants
+HTTP/2 window cannot make the process grow. ``grpc_max_concurrent_streams`` bounds the RPCs open
+on one connection.
+
 See also: ``riffle_actors.service`` (the use cases), ``riffle_actors.transport.decode`` (wire
 fields into domain values).
 """
@@ -61,6 +68,9 @@ def grpc_options(max_receive_bytes: int, max_concurrent_streams: int = 100) -> l
 # the message went out under the client's HTTP/2 window). On the wire a one-message server stream
 # is the same as a unary reply (HEADERS, one DATA message, trailers): a unary client reads it as such.
 _STREAMED_REPLIES = frozenset({"getLocalShuffleData", "getMemoryShuffleData", "getLocalShuffleIndex"})
+# A reply waiting for the client's window is in memory twice: the serialized bytes this process wrote
+# (kept by the awaiting write) and gRPC core's copy of them (its byte buffer); the budgets count both.
+REPLY_COPIES = 2
 
 _LOCAL_ORDER = pb.DataDistribution.Value("LOCAL_ORDER")
 _SERVICE = "rss.common.ShuffleServer"
@@ -139,6 +149,7 @@ class ShuffleServerServicer(pb_grpc.ShuffleServerServicer):
         peer = context.peer()
         conn = self._connection_budget(peer)
         held = 0
+        want *= REPLY_COPIES
 
         async def reserved_body() -> dict:
             nonlocal held
@@ -154,7 +165,7 @@ class ShuffleServerServicer(pb_grpc.ShuffleServerServicer):
 
         try:
             reply = await self._call(rpc, make, reserved_body, app_id)
-            size = _wire_size(reply)
+            size = _wire_size(reply) * REPLY_COPIES
             if size > held:
                 conn.take(size - held)
                 self.replies.take(size - held)

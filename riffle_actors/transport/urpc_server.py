@@ -30,6 +30,20 @@ One ``UrpcConnection`` (an ``asyncio.BufferedProtocol``) per TCP connection:
   with the peer (rate limited) and counted in ``riffle_server_urpc_refused_total``-style RPC
   metrics under ``rpc="urpc:<reason>"``.
 - At most ``max_connections`` connections; an extra one is closed at once and logged.
+- Timeouts, checked by one ticker task for all connections (``UrpcConnection.tick``): a frame whose
+  bytes do not all arrive within ``frame_read_timeout_sec`` of the first (or that arrives slower
+  than ``frame_read_min_bytes_per_sec`` once it has been arriving ``RATE_GRACE_S``), a new
+  connection without a frame within ``frame_read_timeout_sec``, a connection idle for
+  ``idle_timeout_sec``, replies in the write buffer not read for ``sendfile_stall_timeout_sec``:
+  each closes the connection (releasing what it reserved) and is counted as ``urpc:<reason>``.
+  Time during which this server paused reading does not count against the client.
+- Held replies: a read reserves its expected reply bytes before it runs. One connection holds at
+  most ``max_reply_bytes_per_connection`` (reservations plus its transport's write buffer; one
+  reply always goes through): above it, the read waits and the connection stops reading requests
+  until its client reads. The same bytes are counted in the server-wide ``ReplyBudget``
+  (``max_reply_bytes``, shared with gRPC), where a read waits ``reply_wait_timeout_sec`` and is
+  then answered NO_BUFFER. The write buffer's share is re-counted on every write, drain
+  notification and tick.
 
 - GetLocalShuffleData replies go from the data file to the socket with ``sendfile`` (zero copies
   through Python): the disk actor opens the file (``ReadData(as_file=True)``), and a thread of the
