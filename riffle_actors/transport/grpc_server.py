@@ -132,15 +132,23 @@ class ShuffleServerServicer(pb_grpc.ShuffleServerServicer):
         self.metrics = metrics
         self.replies = replies if replies is not None else ReplyBudget(1 << 30, 10.0)
         self.max_reply_bytes_per_connection = max_reply_bytes_per_connection
-        self._connections: dict[str, ReplyBudget] = {}  # peer -> its reply bytes; dropped when 0
+        self._connections: dict[str, tuple[ReplyBudget, int]] = {}  # peer -> (its reply bytes, reads running)
 
     def _connection_budget(self, peer: str) -> ReplyBudget:
-        budget = self._connections.get(peer)
+        """The reply budget of one connection, shared by its reads running now (dropped after the last)."""
+        budget, users = self._connections.get(peer, (None, 0))
         if budget is None:
-            budget = self._connections[peer] = ReplyBudget(
-                self.max_reply_bytes_per_connection, self.replies.wait_timeout_s,
-                key="grpc_max_reply_bytes_per_connection", scope="this connection")
+            budget = ReplyBudget(self.max_reply_bytes_per_connection, self.replies.wait_timeout_s,
+                                 key="grpc_max_reply_bytes_per_connection", scope="this connection")
+        self._connections[peer] = (budget, users + 1)
         return budget
+
+    def _connection_done(self, peer: str) -> None:
+        budget, users = self._connections[peer]
+        if users > 1:
+            self._connections[peer] = (budget, users - 1)
+        else:
+            del self._connections[peer]
 
     async def _read(self, context, want: int, rpc: str, make: Callable[..., object],
                     body: Callable[[], Awaitable[dict]], app_id: str) -> None:
@@ -177,8 +185,7 @@ class ShuffleServerServicer(pb_grpc.ShuffleServerServicer):
         finally:
             conn.release(held)
             self.replies.release(held)
-            if conn.held == 0 and not conn.waiting and self._connections.get(peer) is conn:
-                del self._connections[peer]
+            self._connection_done(peer)
 
     async def _call(self, rpc: str, make: Callable[..., object], body: Callable[[], Awaitable[dict]],
                     app_id: str = "") -> object:

@@ -44,10 +44,6 @@ class ReplyBudget:
     def _fits(self, n: int) -> bool:
         return self.held == 0 or self.held + n <= self.limit
 
-    @property
-    def waiting(self) -> int:
-        return sum(1 for _, f in self._waiters if not f.done())
-
     async def acquire(self, n: int) -> None:
         """Take ``n`` bytes; waits while over the limit; TimeoutError after the wait timeout."""
         if not self._waiters and self._fits(n):
