@@ -661,7 +661,23 @@ class UrpcConfig(StrictModel):
                           "copy through the server process) when the connection has nothing else queued; "
                           "false: read into memory, then write")
     sendfile_stall_timeout_sec: float = Field(
-        60.0, gt=0, description="a sendfile reply the client does not read for this long closes the connection")
+        60.0, gt=0, description="a reply the client does not read for this long (sent with sendfile, or waiting "
+                                "in the socket's write buffer) closes the connection")
+    frame_read_timeout_sec: float = Field(
+        60.0, gt=0, description="a request frame whose bytes do not all arrive within this time of its first "
+                                "one (or a new connection with no frame within it) is closed, releasing what "
+                                "it reserved of max_inflight_bytes")
+    frame_read_min_bytes_per_sec: ByteSize = Field(
+        "64K", ge=0, description="a frame arriving slower than this on average (judged after 5 s) closes the "
+                                 "connection; 0 = only frame_read_timeout_sec")
+    idle_timeout_sec: float = Field(
+        900.0, gt=0, description="a connection with no request for this long (and nothing in progress) is "
+                                 "closed; above the client's own 600 s idle close "
+                                 "(rss.client.netty.client.connection.timeout.ms), and it reconnects anyway")
+    max_reply_bytes_per_connection: ByteSize = Field(
+        "64M", ge=1 << 20, description="reply bytes one connection may hold (being read for it, or written and "
+                                       "not yet read by the client); above it the connection stops reading "
+                                       "requests until its client reads (one reply always goes through)")
 
     # Riffle's keys (docs/riffle-compat.md)
     streaming_parse_enabled: bool = Field(
@@ -767,6 +783,21 @@ class ServerConfig(StrictModel):
     grpc_bind_address: BindAddress = Field(
         "0.0.0.0", description="address the gRPC port listens on (executors must reach it); 0.0.0.0 = all "
                                "interfaces, :: = all IPv6 (and IPv4) interfaces, 127.0.0.1 = this host only")
+    grpc_max_concurrent_streams: int = Field(
+        100, ge=1, le=65536, description="HTTP/2 streams (RPCs) one gRPC connection may have open at once; the "
+                                         "client queues more")
+    grpc_max_reply_bytes_per_connection: ByteSize = Field(
+        "256M", ge=1 << 20, description="read reply bytes one gRPC connection may hold (being read, or waiting "
+                                        "for the client's HTTP/2 flow-control window); above it reads wait, "
+                                        "then get NO_BUFFER after reply_wait_timeout_sec")
+    max_reply_bytes: ByteSize = Field(
+        "1G", ge=1 << 20, description="read reply bytes the server holds over gRPC and urpc together (being "
+                                      "read, or sent and not yet taken by the client), outside "
+                                      "memory_store.capacity; a read above it waits, then gets NO_BUFFER")
+    reply_wait_timeout_sec: float = Field(
+        10.0, gt=0, description="how long a read waits for max_reply_bytes (or "
+                                "grpc_max_reply_bytes_per_connection) before it is answered NO_BUFFER (the "
+                                "client backs off and retries)")
     grpc_max_message_size: ByteSize = Field(
         "64M", ge=1 << 20, le=1 << 30,
         description="largest gRPC request and urpc frame accepted (refused before it is buffered) and largest "

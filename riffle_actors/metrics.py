@@ -393,6 +393,9 @@ class Metrics:
         self.disk_throttle_bytes = Counter(
             "riffle_disk_throttle_bytes", "bytes charged to the disk throttle (io_limiter); op read or write",
             ["disk", "op"], registry=r)
+        self.held_reply_bytes = Gauge(
+            "riffle_server_held_reply_bytes", "read reply bytes held over gRPC and urpc (being read, or sent and "
+            "not yet taken by the client); bounded by max_reply_bytes", registry=r)
         self.snapshot = StateSnapshot()
         r.register(_StateCollector(self))
         self.loop_lag = LoopLagMonitor()  # started and stopped by the server, on its loop

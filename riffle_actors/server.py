@@ -110,6 +110,7 @@ from riffle_actors.state.tier_policy import HdfsHealth, TierRules
 from riffle_actors.transport.coordinator_client import GrpcCoordinatorLink
 from riffle_actors.transport.grpc_server import ShuffleServerServicer, start_grpc_server
 from riffle_actors.transport.http_server import start_http_server
+from riffle_actors.transport.reply_budget import ReplyBudget
 from riffle_actors.transport.server_internal import ShuffleServerInternalServicer
 from riffle_actors.transport.urpc_server import UrpcServer
 
@@ -443,9 +444,14 @@ class ShuffleServer:
             grpc_port = _port_or_free_one(cfg.grpc_bind_address, grpc_port, "grpc_port")
             http_port = _port_or_free_one(cfg.http_bind_address, http_port, "http_port")
             urpc_port = _port_or_free_one(cfg.urpc_bind_address, urpc_port, "urpc_port")
+        self.replies = ReplyBudget(cfg.max_reply_bytes, cfg.reply_wait_timeout_sec,
+                                   on_change=self.metrics.held_reply_bytes.set)
         self._grpc, self.grpc_port = await start_grpc_server(
-            ShuffleServerServicer(self.service, self.metrics), cfg.grpc_bind_address, grpc_port,
-            cfg.grpc_max_message_size, internal=ShuffleServerInternalServicer(self.lifecycle, credentials))
+            ShuffleServerServicer(self.service, self.metrics, replies=self.replies,
+                                  max_reply_bytes_per_connection=cfg.grpc_max_reply_bytes_per_connection),
+            cfg.grpc_bind_address, grpc_port, cfg.grpc_max_message_size,
+            internal=ShuffleServerInternalServicer(self.lifecycle, credentials),
+            max_concurrent_streams=cfg.grpc_max_concurrent_streams)
         self.admin = AdminService(
             clock=self.clock, metrics=self.metrics, system=system, budget=self.budget, directory=self.directory,
             memory=self.memory, spill=self.spill, app_manager=self.app_manager, disk_monitor=self.disk_monitor,
@@ -463,7 +469,11 @@ class ShuffleServer:
                                     max_connections=uc.max_connections, max_inflight_bytes=uc.max_inflight_bytes,
                                     max_requests_per_connection=uc.max_requests_per_connection,
                                     index_v2=uc.get_index_rpc_version == "V2", sendfile=uc.sendfile_enable,
-                                    sendfile_stall_s=uc.sendfile_stall_timeout_sec)
+                                    sendfile_stall_s=uc.sendfile_stall_timeout_sec,
+                                    idle_timeout_s=uc.idle_timeout_sec, frame_timeout_s=uc.frame_read_timeout_sec,
+                                    frame_min_rate=uc.frame_read_min_bytes_per_sec,
+                                    max_reply_bytes_per_connection=uc.max_reply_bytes_per_connection,
+                                    replies=self.replies)
             self.urpc_port = await self._urpc.start(cfg.urpc_bind_address, urpc_port)
         self._http, self.http_port = await start_http_server(self.admin, cfg.http_bind_address, http_port,
                                                              lifecycle=self.lifecycle, credentials=credentials)

@@ -17,6 +17,13 @@ order), so the payload is copied once instead of into the message, again into it
 form (and, for memory reads, a third time by a join). On 14 MiB replies this saves about 1-2 s of
 CPU per GB read (``scripts/bench_ingest.py``; figures in docs/performance.md).
 
+Read replies are bounded (``riffle_actors.transport.reply_budget``): a read reserves its expected
+reply size in its connection's budget (``grpc_max_reply_bytes_per_connection``) and the server's
+(``max_reply_bytes``, shared with urpc) before it reads, waits up to ``reply_wait_timeout_sec``
+(then NO_BUFFER), and keeps the bytes until gRPC has sent the reply, so a client that never grants
+HTTP/2 window cannot make the process grow. ``grpc_max_concurrent_streams`` bounds the RPCs open
+on one connection.
+
 See also: ``riffle_actors.service`` (the use cases), ``riffle_actors.transport.decode`` (wire
 fields into domain values).
 """
@@ -38,19 +45,32 @@ from riffle_actors.records import Block
 from riffle_actors.service import ShuffleService
 from riffle_actors.transport.decode import decode_layout, decode_task_filter
 from riffle_actors.transport.listen import bind_grpc
+from riffle_actors.transport.reply_budget import ReplyBudget
 
 MAX_SEND_MESSAGE_BYTES = 1 << 30  # replies are bounded by what the server holds and by the read cap
 
 
-def grpc_options(max_receive_bytes: int) -> list[tuple[str, int]]:
+def grpc_options(max_receive_bytes: int, max_concurrent_streams: int = 100) -> list[tuple[str, int]]:
     """Server options: requests above ``max_receive_bytes`` are refused by gRPC (RESOURCE_EXHAUSTED)
-    from their length prefix, before their body is buffered; ``SO_REUSEPORT`` off, so a second
-    server on the same port fails instead of sharing it."""
+    from their length prefix, before their body is buffered; at most ``max_concurrent_streams`` RPCs
+    open per connection (HTTP/2 SETTINGS; the client queues more); ``SO_REUSEPORT`` off, so a
+    second server on the same port fails instead of sharing it."""
     return [
         ("grpc.max_receive_message_length", max_receive_bytes),
         ("grpc.max_send_message_length", MAX_SEND_MESSAGE_BYTES),
+        ("grpc.max_concurrent_streams", max_concurrent_streams),
         ("grpc.so_reuseport", 0),
     ]
+
+# Read replies are counted in the reply budgets until gRPC has sent them: these methods are served as
+# unary-stream handlers that write their one reply themselves, since a unary handler's reply is
+# queued by gRPC after the handler returned, out of sight (awaiting ``context.write`` returns once
+# the message went out under the client's HTTP/2 window). On the wire a one-message server stream
+# is the same as a unary reply (HEADERS, one DATA message, trailers): a unary client reads it as such.
+_STREAMED_REPLIES = frozenset({"getLocalShuffleData", "getMemoryShuffleData", "getLocalShuffleIndex"})
+# A reply waiting for the client's window is in memory twice: the serialized bytes this process wrote
+# (kept by the awaiting write) and gRPC core's copy of them (its byte buffer); the budgets count both.
+REPLY_COPIES = 2
 
 _LOCAL_ORDER = pb.DataDistribution.Value("LOCAL_ORDER")
 _SERVICE = "rss.common.ShuffleServer"
@@ -100,13 +120,19 @@ def _serialize(message: object) -> bytes:
     return message.wire if type(message) is _Serialized else message.SerializeToString()
 
 
+def _wire_size(message: object) -> int:
+    return len(message.wire) if type(message) is _Serialized else message.ByteSize()
+
+
 def service_handler(servicer: object) -> grpc.GenericRpcHandler:
     """Every method of ``rss.common.ShuffleServer`` the servicer has, with protobuf (de)serializers, except
     that a ``_Serialized`` reply is sent as it is."""
     handlers = {}
     for method in pb.DESCRIPTOR.services_by_name["ShuffleServer"].methods:
         request = getattr(pb, method.input_type.name)
-        handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+        make = (grpc.unary_stream_rpc_method_handler if method.name in _STREAMED_REPLIES
+                else grpc.unary_unary_rpc_method_handler)
+        handlers[method.name] = make(
             getattr(servicer, method.name), request_deserializer=request.FromString, response_serializer=_serialize)
     return grpc.method_handlers_generic_handler(_SERVICE, handlers)
 
@@ -116,9 +142,66 @@ def _layout(layout: pb.BlockIdLayout) -> BlockIdLayout | None:
 
 
 class ShuffleServerServicer(pb_grpc.ShuffleServerServicer):
-    def __init__(self, service: ShuffleService, metrics: Metrics):
+    def __init__(self, service: ShuffleService, metrics: Metrics, *, replies: ReplyBudget | None = None,
+                 max_reply_bytes_per_connection: int = 256 << 20):
         self.service = service
         self.metrics = metrics
+        self.replies = replies if replies is not None else ReplyBudget(1 << 30, 10.0)
+        self.max_reply_bytes_per_connection = max_reply_bytes_per_connection
+        self._connections: dict[str, tuple[ReplyBudget, int]] = {}  # peer -> (its reply bytes, reads running)
+
+    def _connection_budget(self, peer: str) -> ReplyBudget:
+        """The reply budget of one connection, shared by its reads running now (dropped after the last)."""
+        budget, users = self._connections.get(peer, (None, 0))
+        if budget is None:
+            budget = ReplyBudget(self.max_reply_bytes_per_connection, self.replies.wait_timeout_s,
+                                 key="grpc_max_reply_bytes_per_connection", scope="this connection")
+        self._connections[peer] = (budget, users + 1)
+        return budget
+
+    def _connection_done(self, peer: str) -> None:
+        budget, users = self._connections[peer]
+        if users > 1:
+            self._connections[peer] = (budget, users - 1)
+        else:
+            del self._connections[peer]
+
+    async def _read(self, context, want: int, rpc: str, make: Callable[..., object],
+                    body: Callable[[], Awaitable[dict]], app_id: str) -> None:
+        """A read RPC: reserve ``want`` reply bytes (connection, then server) before ``body`` reads, answer
+        NO_BUFFER if they stay taken for reply_wait_timeout_sec, and hold them until the reply was sent."""
+        peer = context.peer()
+        conn = self._connection_budget(peer)
+        held = 0
+        want *= REPLY_COPIES
+
+        async def reserved_body() -> dict:
+            nonlocal held
+            if want:
+                await conn.acquire_or_refuse(want)
+                try:
+                    await self.replies.acquire_or_refuse(want)
+                except BaseException:
+                    conn.release(want)
+                    raise
+                held = want
+            return await body()
+
+        try:
+            reply = await self._call(rpc, make, reserved_body, app_id)
+            size = _wire_size(reply) * REPLY_COPIES
+            if size > held:
+                conn.take(size - held)
+                self.replies.take(size - held)
+            else:
+                conn.release(held - size)
+                self.replies.release(held - size)
+            held = size
+            await context.write(reply)
+        finally:
+            conn.release(held)
+            self.replies.release(held)
+            self._connection_done(peer)
 
     async def _call(self, rpc: str, make: Callable[..., object], body: Callable[[], Awaitable[dict]],
                     app_id: str = "") -> object:
@@ -212,6 +295,9 @@ class ShuffleServerServicer(pb_grpc.ShuffleServerServicer):
         return _bitmap_reply(await self._call("getShuffleResultForMultiPart", _BitmapReply, body, request.appId),
                              pb.GetShuffleResultForMultiPartResponse)
 
+    def _read_cap(self, n: int) -> int:
+        return min(max(1, n), self.service.max_read_length)
+
     async def getMemoryShuffleData(self, request, context):
         async def body():
             bitmap = request.serializedExpectedTaskIdsBitmap if request.HasField(
@@ -233,14 +319,15 @@ class ShuffleServerServicer(pb_grpc.ShuffleServerServicer):
             head = pb.GetMemoryShuffleDataResponse(status=status, retMsg=retMsg,
                                                    shuffleDataBlockSegments=shuffleDataBlockSegments)
             return _with_data(head, 2, data) if data else head
-        return await self._call("getMemoryShuffleData", make, body, request.appId)
+        await self._read(context, self._read_cap(request.readBufferSize), "getMemoryShuffleData", make, body,
+                         request.appId)
 
     async def getLocalShuffleIndex(self, request, context):
         async def body():
             index, data_len, storage_ids = await self.service.get_local_index(
                 request.appId, request.shuffleId, request.partitionId)
             return {"indexData": index, "dataFileLen": data_len, "storageIds": storage_ids}
-        return await self._call("getLocalShuffleIndex", pb.GetLocalShuffleIndexResponse, body, request.appId)
+        await self._read(context, 0, "getLocalShuffleIndex", pb.GetLocalShuffleIndexResponse, body, request.appId)
 
     async def getLocalShuffleData(self, request, context):
         async def body():
@@ -252,7 +339,8 @@ class ShuffleServerServicer(pb_grpc.ShuffleServerServicer):
         def make(status, retMsg, data=b""):
             head = pb.GetLocalShuffleDataResponse(status=status, retMsg=retMsg)
             return _with_data(head, 1, [data]) if data else head
-        return await self._call("getLocalShuffleData", make, body, request.appId)
+        want = self._read_cap(request.length) if 0 < request.length <= self.service.max_read_length else 0
+        await self._read(context, want, "getLocalShuffleData", make, body, request.appId)
 
     # ------------------------------------------------------------- lifecycle
     async def appHeartbeat(self, request, context):
@@ -290,11 +378,12 @@ class ShuffleServerServicer(pb_grpc.ShuffleServerServicer):
 async def start_grpc_server(servicer: ShuffleServerServicer, host: str, port: int,
                             max_receive_bytes: int, *,
                             internal: pb_grpc.ShuffleServerInternalServicer | None = None,
+                            max_concurrent_streams: int = 100,
                             ) -> tuple[grpc.aio.Server, int]:
     """Start a grpc.aio server on exactly ``host:port``; returns it and the bound port (0 = any free port).
 
     ``internal``: the ``ShuffleServerInternal`` service (decommission) served on the same port, as upstream."""
-    server = grpc.aio.server(options=grpc_options(max_receive_bytes))
+    server = grpc.aio.server(options=grpc_options(max_receive_bytes, max_concurrent_streams))
     server.add_generic_rpc_handlers((service_handler(servicer),))
     if internal is not None:
         pb_grpc.add_ShuffleServerInternalServicer_to_server(internal, server)

@@ -30,6 +30,20 @@ One ``UrpcConnection`` (an ``asyncio.BufferedProtocol``) per TCP connection:
   with the peer (rate limited) and counted in ``riffle_server_urpc_refused_total``-style RPC
   metrics under ``rpc="urpc:<reason>"``.
 - At most ``max_connections`` connections; an extra one is closed at once and logged.
+- Timeouts, checked by one ticker task for all connections (``UrpcConnection.tick``): a frame whose
+  bytes do not all arrive within ``frame_read_timeout_sec`` of the first (or that arrives slower
+  than ``frame_read_min_bytes_per_sec`` once it has been arriving ``RATE_GRACE_S``), a new
+  connection without a frame within ``frame_read_timeout_sec``, a connection idle for
+  ``idle_timeout_sec``, replies in the write buffer not read for ``sendfile_stall_timeout_sec``:
+  each closes the connection (releasing what it reserved) and is counted as ``urpc:<reason>``.
+  Time during which this server paused reading does not count against the client.
+- Held replies: a read reserves its expected reply bytes before it runs. One connection holds at
+  most ``max_reply_bytes_per_connection`` (reservations plus its transport's write buffer; one
+  reply always goes through): above it, the read waits and the connection stops reading requests
+  until its client reads. The same bytes are counted in the server-wide ``ReplyBudget``
+  (``max_reply_bytes``, shared with gRPC), where a read waits ``reply_wait_timeout_sec`` and is
+  then answered NO_BUFFER. The write buffer's share is re-counted on every write, drain
+  notification and tick.
 
 - GetLocalShuffleData replies go from the data file to the socket with ``sendfile`` (zero copies
   through Python): the disk actor opens the file (``ReadData(as_file=True)``), and a thread of the
@@ -89,10 +103,13 @@ from riffle_actors.protocol.urpc import (
 )
 from riffle_actors.service import ShuffleService
 from riffle_actors.transport.listen import create_tcp_server
+from riffle_actors.transport.reply_budget import ReplyBudget
 
 SMALL_BUFFER_BYTES = 64 << 10
 WRITE_HIGH_WATER_BYTES = 8 << 20
 SENDFILE_THREADS = 4
+RATE_GRACE_S = 5.0  # a frame's average arrival rate is judged once it has been arriving this long
+MAX_TICK_S = 0.5
 _SEND = MessageType.SEND_SHUFFLE_DATA_REQUEST
 _RPC_NAMES = {
     MessageType.SEND_SHUFFLE_DATA_REQUEST: "urpc:sendShuffleData",
@@ -111,7 +128,9 @@ class UrpcServer:
     def __init__(self, service: ShuffleService, metrics: Metrics, *, max_frame_bytes: int,
                  max_connections: int = 4096, max_inflight_bytes: int = 256 << 20,
                  max_requests_per_connection: int = 64, index_v2: bool = False, sendfile: bool = True,
-                 sendfile_stall_s: float = 60.0):
+                 sendfile_stall_s: float = 60.0, idle_timeout_s: float = 900.0, frame_timeout_s: float = 60.0,
+                 frame_min_rate: int = 64 << 10, max_reply_bytes_per_connection: int = 64 << 20,
+                 replies: ReplyBudget | None = None):
         self.service = service
         self.metrics = metrics
         self.max_frame_bytes = max_frame_bytes
@@ -121,6 +140,14 @@ class UrpcServer:
         self.index_v2 = index_v2
         self.sendfile = sendfile and hasattr(os, "sendfile")
         self.sendfile_stall_s = sendfile_stall_s
+        self.idle_timeout_s = idle_timeout_s
+        self.frame_timeout_s = frame_timeout_s
+        self.frame_min_rate = frame_min_rate
+        self.max_reply_bytes_per_connection = max_reply_bytes_per_connection
+        self.replies = replies if replies is not None else ReplyBudget(1 << 30, 10.0)
+        self._tick_s = max(0.05, min(MAX_TICK_S, idle_timeout_s / 4, frame_timeout_s / 4, sendfile_stall_s / 4))
+        self._ticker: asyncio.Task | None = None
+        self.closed_by: dict[str, int] = {}  # connections this server closed, by reason (tests, /metrics)
         self.sendfile_replies = 0  # replies sent with sendfile / read into memory (for tests and benchmarks)
         self.copied_replies = 0
         self._send_pool: ThreadPoolExecutor | None = None
@@ -135,12 +162,24 @@ class UrpcServer:
     async def start(self, host: str, port: int) -> int:
         self._server, self.port = await create_tcp_server(
             lambda: UrpcConnection(self), what="urpc", keys="urpc_port / urpc_bind_address", host=host, port=port)
+        self._ticker = asyncio.get_running_loop().create_task(self._tick_loop(), name="urpc-timeouts")
         return self.port
+
+    async def _tick_loop(self) -> None:
+        """Every tick: each connection's timeouts (partial frame, idle, write stall) and reply accounting."""
+        while True:
+            await asyncio.sleep(self._tick_s)
+            now = time.monotonic()
+            for conn in list(self.connections):
+                conn.tick(now)
 
     async def stop(self, grace_s: float = 5.0) -> None:
         """Stop accepting, let requests in progress finish within ``grace_s``, then close every connection."""
         if self._server is not None:
             self._server.close()
+        if self._ticker is not None:
+            self._ticker.cancel()
+            self._ticker = None
         tasks = [t for c in self.connections for t in c.tasks]
         if tasks:
             await asyncio.wait(tasks, timeout=grace_s)
@@ -214,7 +253,20 @@ class UrpcConnection(asyncio.BufferedProtocol):
         self._paused: set[str] = set()
         self._closed = False
         self._file_busy = False  # a sendfile reply is being written by a thread: hold other replies
-        self._held: list[list] = []
+        self._held: list[tuple[list, int]] = []  # (reply parts, their reserved bytes) waiting for _file_busy
+        # timeouts (see tick): bytes received, frames received, when this connection last did anything
+        self._rx = 0
+        self._frames = 0
+        self._last_active = time.monotonic()
+        self._partial: tuple[float, int, int] | None = None  # (since, _rx then, _frames then) of a frame arriving
+        self._stall: tuple[int, float] | None = None  # (write buffer size, since) while replies wait to be read
+        # replies: bytes reserved for replies not yet written to the transport (counted in this
+        # connection's limit and, once granted, in the server-wide budget), and the part of the
+        # transport's write buffer last counted in the server-wide budget
+        self._reply_reserved = 0
+        self._reply_global = 0
+        self._buffered = 0
+        self._reply_waiters: deque[tuple[int, asyncio.Future]] = deque()
 
     # ------------------------------------------------------------- asyncio callbacks
     def connection_made(self, transport) -> None:
@@ -231,7 +283,7 @@ class UrpcConnection(asyncio.BufferedProtocol):
             transport.abort()
             return
         srv.connections.add(self)
-        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER_BYTES)
+        transport.set_write_buffer_limits(high=min(WRITE_HIGH_WATER_BYTES, srv.max_reply_bytes_per_connection))
 
     def connection_lost(self, exc) -> None:
         self._closed = True
@@ -239,11 +291,19 @@ class UrpcConnection(asyncio.BufferedProtocol):
         if self._frame is not None:  # a frame cut short: its budget goes back
             self._frame = None
             self.server.release(self._frame_header.frame_len)  # type: ignore[union-attr]
+        # every reply byte this connection held goes back; requests still running see _closed
+        self.server.replies.release(self._reply_global + self._buffered)
+        self._reply_global = self._buffered = 0
+        waiters, self._reply_waiters = self._reply_waiters, deque()
+        for _, fut in waiters:
+            if not fut.done():
+                fut.set_exception(ConnectionError("the connection was closed"))
 
     def pause_writing(self) -> None:
         self._pause("writing")
 
     def resume_writing(self) -> None:
+        self._sync_buffered()
         self._unpause("writing")
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -262,6 +322,7 @@ class UrpcConnection(asyncio.BufferedProtocol):
         return self._view[self._end:]
 
     def buffer_updated(self, nbytes: int) -> None:
+        self._rx += nbytes
         if self._frame is not None:
             self._frame_got += nbytes
             if self._frame_got == len(self._frame):
@@ -355,6 +416,7 @@ class UrpcConnection(asyncio.BufferedProtocol):
         srv.metrics.rpc_total.labels("urpc:oversized", StatusCode.INVALID_REQUEST.name).inc()
         self._start = begin
         self._skip = header.frame_len
+        self._frames += 1
         if request_id is not None:
             self._write([self._error_reply(header.type, request_id, StatusCode.INVALID_REQUEST, reason)])
 
@@ -394,11 +456,145 @@ class UrpcConnection(asyncio.BufferedProtocol):
             self.transport.resume_reading()
             self._parse()  # bytes that arrived before the pause
 
-    def _write(self, parts: list) -> None:
+    def _write(self, parts: list, reserved: int = 0) -> None:
+        """Write a reply's frame; ``reserved``: its bytes' reservation, handed over to the write buffer."""
         if self._file_busy:
-            self._held.append(parts)
-        elif not self._closed and self.transport is not None and not self.transport.is_closing():
+            self._held.append((parts, reserved))
+            return
+        if not self._closed and self.transport is not None and not self.transport.is_closing():
             self.transport.writelines(parts)
+            self._last_active = time.monotonic()
+        self._unreserve(reserved)
+        self._sync_buffered()
+
+    # ------------------------------------------------------------- reply bytes held (module docstring)
+    def _held_bytes(self) -> int:
+        return self._reply_reserved + self._buffered
+
+    def _sync_buffered(self) -> None:
+        """Count the transport's write buffer, as it is now, in the server-wide reply budget."""
+        if self._closed:
+            return
+        t = self.transport
+        size = t.get_write_buffer_size() if t is not None else 0
+        delta, self._buffered = size - self._buffered, size
+        if delta > 0:
+            self.server.replies.take(delta)
+        elif delta < 0:
+            self.server.replies.release(-delta)
+            self._wake_replies()
+
+    async def _reserve_reply(self, n: int) -> None:
+        """Reserve ``n`` bytes for a reply before it is read: wait (reading paused) while this connection
+        holds more than ``max_reply_bytes_per_connection``, then take them from the server-wide budget
+        (NoBufferError after ``reply_wait_timeout_sec``)."""
+        srv = self.server
+        self._sync_buffered()
+        held = self._held_bytes()
+        if self._reply_waiters or (held and held + n > srv.max_reply_bytes_per_connection):
+            fut = asyncio.get_running_loop().create_future()
+            self._reply_waiters.append((n, fut))
+            self._pause("replies")
+            await fut  # granted by _wake_replies: n is in _reply_reserved
+        else:
+            self._reply_reserved += n
+        try:
+            await srv.replies.acquire_or_refuse(n)
+        except BaseException:
+            self._reply_reserved -= n
+            self._wake_replies()
+            raise
+        if self._closed:  # closed while waiting: connection_lost already gave back what it held
+            srv.replies.release(n)
+        else:
+            self._reply_global += n
+
+    def _unreserve(self, n: int) -> None:
+        if n <= 0:
+            return
+        self._reply_reserved -= n
+        if not self._closed:
+            self._reply_global -= n
+            self.server.replies.release(n)
+            self._wake_replies()
+
+    def _reserve_more(self, n: int) -> None:
+        """A reply found larger than reserved: count the difference at once (never waits)."""
+        if n <= 0:
+            return
+        self._reply_reserved += n
+        if not self._closed:
+            self._reply_global += n
+            self.server.replies.take(n)
+
+    def _wake_replies(self) -> None:
+        limit = self.server.max_reply_bytes_per_connection
+        while self._reply_waiters:
+            n, fut = self._reply_waiters[0]
+            if fut.done():
+                self._reply_waiters.popleft()
+                continue
+            held = self._held_bytes()
+            if held and held + n > limit:
+                return
+            self._reply_waiters.popleft()
+            self._reply_reserved += n
+            fut.set_result(None)
+        self._unpause("replies")
+
+    # ------------------------------------------------------------- timeouts
+    def tick(self, now: float) -> None:
+        """Called by the server every tick: reply accounting, then the partial-frame, write-stall and
+        idle timeouts (each closes the connection with a logged reason)."""
+        if self._closed:
+            return
+        srv = self.server
+        self._sync_buffered()
+        if self._reply_waiters:
+            self._wake_replies()
+        arriving = self._frame is not None or self._end > self._start or self._skip > 0
+        if not arriving or self._paused or self._waiting_header is not None:
+            self._partial = None  # nothing arriving, or this server is the one not reading
+        elif self._partial is None or self._partial[2] != self._frames:
+            self._partial = (now, self._rx, self._frames)
+        else:
+            since, rx0, _ = self._partial
+            elapsed = now - since
+            if elapsed > srv.frame_timeout_s:
+                return self._close_for("frame_timeout", f"a frame did not arrive whole within "
+                                       f"{srv.frame_timeout_s:g}s (frame_read_timeout_sec)")
+            rate = (self._rx - rx0) / elapsed if elapsed > 0 else 0.0
+            if srv.frame_min_rate and elapsed >= RATE_GRACE_S and rate < srv.frame_min_rate:
+                return self._close_for("frame_slow", f"a frame arrived at {rate:.0f} bytes/s, below "
+                                       f"{srv.frame_min_rate} (frame_read_min_bytes_per_sec)")
+        size = self._buffered
+        if size == 0 or self._file_busy:
+            self._stall = None
+        elif self._stall is None or size < self._stall[0]:
+            self._stall = (size, now)
+        elif size > self._stall[0]:
+            self._stall = (size, self._stall[1])
+        elif now - self._stall[1] > srv.sendfile_stall_s:
+            return self._close_for("write_stall", f"the client read none of {size} bytes of replies for "
+                                   f"{srv.sendfile_stall_s:g}s (sendfile_stall_timeout_sec)")
+        if arriving or self.tasks or size or self._file_busy or self._held:
+            return
+        if self._frames == 0:
+            if now - self._last_active > srv.frame_timeout_s:
+                self._close_for("no_frame", f"no frame within {srv.frame_timeout_s:g}s of connecting "
+                                "(frame_read_timeout_sec)")
+        elif now - self._last_active > srv.idle_timeout_s:
+            self._close_for("idle", f"idle for {srv.idle_timeout_s:g}s (idle_timeout_sec)", quiet=True)
+
+    def _close_for(self, kind: str, reason: str, quiet: bool = False) -> None:
+        srv = self.server
+        srv.closed_by[kind] = srv.closed_by.get(kind, 0) + 1
+        srv.metrics.rpc_total.labels(f"urpc:{kind}", "CLOSED").inc()
+        if quiet:  # an idle pooled connection: normal, the client reconnects on its next request
+            logger.debug("urpc: closing the connection from {}: {}", self.peer, reason)
+        else:
+            srv.warn(kind, "closing the connection from {}: {}", self.peer, reason)
+        self.close()
 
     def _socket_fd(self) -> int:
         sock = self.transport.get_extra_info("socket") if self.transport is not None else None
@@ -407,7 +603,7 @@ class UrpcConnection(asyncio.BufferedProtocol):
         except (OSError, AttributeError):
             return -1
 
-    async def _write_file(self, head: bytes, data: DataFile) -> None:
+    async def _write_file(self, head: bytes, data: DataFile, reserved: int) -> None:
         """A reply whose body is a data-file range: sendfile when the connection is idle, else read + write."""
         srv = self.server
         loop = asyncio.get_running_loop()
@@ -418,8 +614,12 @@ class UrpcConnection(asyncio.BufferedProtocol):
             fd = self._socket_fd()
         if fd < 0:
             srv.copied_replies += 1
-            body = await loop.run_in_executor(srv.send_pool, _read_and_close, data)
-            self._write([head, body])
+            try:
+                body = await loop.run_in_executor(srv.send_pool, _read_and_close, data)
+            except BaseException:
+                self._unreserve(reserved)
+                raise
+            self._write([head, body], reserved)
             return
         srv.sendfile_replies += 1
         self._file_busy = True
@@ -432,12 +632,16 @@ class UrpcConnection(asyncio.BufferedProtocol):
             self.close()
         finally:
             self._file_busy = False
+            self._last_active = time.monotonic()
+            self._unreserve(reserved)
             held, self._held = self._held, []
-            for parts in held:
-                self._write(parts)
+            for parts, n in held:
+                self._write(parts, n)
 
     # ------------------------------------------------------------- requests
     def _dispatch(self, header: FrameHeader, region: memoryview, reserved: int) -> None:
+        self._frames += 1
+        self._last_active = time.monotonic()
         try:
             request = decode_request(header.type, region, header.msg_len)
         except ProtocolError as e:
@@ -465,27 +669,48 @@ class UrpcConnection(asyncio.BufferedProtocol):
         started = time.perf_counter()
         rpc = _RPC_NAMES[type_]
         file_reply: tuple[bytes, DataFile] | None = None
+        want = self._expected_reply(request)
+        got = 0  # reply bytes reserved
         try:
+            if want:
+                await self._reserve_reply(want)
+                got = want
             parts = await self._call(request)
             if isinstance(parts, tuple):
                 file_reply, parts = parts, []
             status = StatusCode.SUCCESS
         except Exception as e:  # noqa: BLE001 - every failure becomes a status; the server goes on
             status, msg = to_status(e)
-            if not isinstance(e, RiffleError):
+            if self._closed:
+                pass  # the connection went away meanwhile: nobody gets the answer
+            elif not isinstance(e, RiffleError):
                 logger.bind(app_id=getattr(request, "app_id", "")).exception("{} failed", rpc)
             else:
                 logger.bind(app_id=getattr(request, "app_id", "")).debug("{} -> {}: {}", rpc, status.name, msg)
             parts = [self._error_reply(type_, request.request_id, status, msg)]
         finally:
             self.server.release(reserved)
-        if file_reply is not None:
-            await self._write_file(*file_reply)
+        size = len(file_reply[0]) + file_reply[1].length if file_reply is not None else sum(len(p) for p in parts)
+        if size > got:
+            self._reserve_more(size - got)
         else:
-            self._write(parts)
+            self._unreserve(got - size)
+        if file_reply is not None:
+            await self._write_file(*file_reply, size)
+        else:
+            self._write(parts, size)
         m = self.server.metrics
         m.rpc_total.labels(rpc, status.name).inc()
         m.rpc_seconds.labels(rpc).observe(time.perf_counter() - started)
+
+    def _expected_reply(self, request) -> int:
+        """Bytes to reserve before a read: its requested length (capped at the largest read served)."""
+        cap = self.server.max_frame_bytes
+        if isinstance(request, GetLocalShuffleData):
+            return request.length if 0 < request.length <= cap else 0
+        if isinstance(request, GetMemoryShuffleData):
+            return min(max(1, request.read_buffer_size), cap)
+        return 0
 
     async def _call(self, request) -> list | tuple[bytes, DataFile]:
         """The use case of ``request`` and its reply frame as buffers (head first, then body parts), or
