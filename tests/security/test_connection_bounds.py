@@ -93,6 +93,7 @@ grace_period_sec = 0
 {top}
 [memory_store]
 capacity = "64M"
+app_buffer_ticket_max_ratio = 1.0  # one app (this test's) may reserve the whole budget
 [hybrid_store]
 memory_single_buffer_max_spill_size = "1K"
 [localfile_store]
