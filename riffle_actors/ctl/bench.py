@@ -4,8 +4,8 @@ writes and reads, in Riffle's command shapes (``riffle-ctl/src/actions/disk_*``)
 - ``append``: ``--concurrency`` writers, each appending ``--batch-number`` batches of
   ``--write-size`` to its own file ``disk-bench-<i>`` in ``--dir`` (one ``fsync`` per file at
   the end, counted). ``--throttle`` limits the writers together to ``--disk-throughput`` bytes per
-  second (a token bucket in the bench, standing in for Riffle's IO throttle layer). ``--direct``
-  writes with ``O_DIRECT`` (sizes must be multiples of 4096).
+  second with the server's own disk throttle (``actors.disk.DiskThrottle``, the
+  ``[localfile_store.io_limiter]`` bucket), as Riffle's bench uses its IO limiter. ``--direct`` writes with ``O_DIRECT`` (sizes must be multiples of 4096).
 - ``read``: writes the files first (its own ``append (setup)`` row), drops them from the page
   cache (``posix_fadvise DONTNEED``), then ``--concurrency`` readers read ``--batch-number``
   batches of ``--read-size`` each; ``--read-ahead`` asks the kernel for sequential read-ahead
@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 
 from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn
 from rich.text import Text
+
+from riffle_actors.actors.disk import DiskThrottle
 
 ALIGN = 4096
 FILE_PREFIX = "disk-bench-"  # Riffle's name of the bench files
@@ -88,32 +90,6 @@ class _Rate(ProgressColumn):
 def _progress(progress_file) -> Progress:
     return Progress(TextColumn("{task.description:<22}"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
                     _Rate(), console=None if progress_file is None else _console(progress_file), transient=False)
-
-
-class TokenBucket:
-    """``rate`` bytes per second shared by every writer; a call may take up to ``burst`` at once."""
-
-    def __init__(self, rate: float, burst: int, *, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep):
-        if rate <= 0:
-            raise ValueError("--disk-throughput must be positive")
-        self.rate, self.burst = float(rate), max(1, burst)
-        self._tokens = float(self.burst)
-        self._clock, self._sleep = clock, sleep
-        self._last = clock()
-        self._lock = threading.Lock()
-
-    def take(self, n: int) -> None:
-        while True:
-            with self._lock:
-                now = self._clock()
-                self._tokens = min(self.burst, self._tokens + (now - self._last) * self.rate)
-                self._last = now
-                if self._tokens >= n:
-                    self._tokens -= n
-                    return
-                wait = (n - self._tokens) / self.rate
-            self._sleep(wait)
 
 
 class _Counter:
@@ -179,7 +155,7 @@ def _watch(progress: Progress, task, counter: _Counter, start: float, done: thre
     return t
 
 
-def _append_files(dir_: str, names: list[str], batches: int, size: int, *, bucket: TokenBucket | None,
+def _append_files(dir_: str, names: list[str], batches: int, size: int, *, bucket: DiskThrottle | None,
                   direct: bool, progress: Progress, mode: str, stop_at: float | None = None) -> PassResult:
     """One writer thread per file; ``stop_at`` (perf_counter) ends a timed pass instead of ``batches``."""
     data = _pattern(size)
@@ -202,7 +178,7 @@ def _append_files(dir_: str, names: list[str], batches: int, size: int, *, bucke
             offset, n = 0, 0
             while (n < batches) if stop_at is None else (time.perf_counter() < stop_at):
                 if bucket is not None:
-                    bucket.take(size)
+                    bucket.wait("write", size)
                 t = time.perf_counter()
                 w = os.pwritev(fd, [buf], offset) if buf is not None else os.pwrite(fd, data, offset)
                 if w <= 0:
@@ -258,7 +234,10 @@ def run_append(dir_: str, *, concurrency: int, batch_number: int, write_size: in
     _check_dir(dir_)
     if direct:
         _direct_ok(dir_)
-    bucket = TokenBucket(disk_throughput, write_size) if throttle and disk_throughput else None
+    if throttle and disk_throughput is not None and disk_throughput <= 0:
+        raise ValueError("--disk-throughput must be positive")
+    # the server's own disk throttle ([localfile_store.io_limiter] with capacity = --disk-throughput)
+    bucket = DiskThrottle(int(disk_throughput)) if throttle and disk_throughput else None
     names = [f"{FILE_PREFIX}{i}" for i in range(concurrency)]
     progress = _progress(progress_file)
     try:

@@ -112,16 +112,24 @@ def test_json_output_is_json_lines() -> None:
     assert out.getvalue() == '{"ip": "10.0.0.1", "http_port": 1}\n{"ip": "10.0.0.2", "http_port": 2}\n'
 
 
-def test_token_bucket_paces_to_its_rate() -> None:
-    from riffle_actors.ctl.bench import TokenBucket
+def test_the_bench_throttle_is_the_servers_disk_throttle(tmp_path, monkeypatch) -> None:
+    from riffle_actors.actors import disk
+    from riffle_actors.ctl.bench import run_append
 
-    now = [0.0]
-    bucket = TokenBucket(100.0, 50, clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
-    for _ in range(5):
-        bucket.take(50)
-    assert now[0] == pytest.approx(2.0)  # 50 at once (the burst), then 200 more at 100 per second
-    with pytest.raises(ValueError, match="disk-throughput"):
-        TokenBucket(0, 1)
+    for bad, why in ((0, "needs --disk-throughput"), (-5, "must be positive")):
+        with pytest.raises(ValueError, match=why):
+            run_append(str(tmp_path), concurrency=1, batch_number=1, write_size=4096, disk_throughput=bad,
+                       throttle=True)
+    charged: list[tuple[str, int]] = []
+    real_wait = disk.DiskThrottle.wait
+
+    def counting_wait(self, op: str, n: int) -> float:
+        charged.append((op, n))
+        return real_wait(self, op, n)
+
+    monkeypatch.setattr(disk.DiskThrottle, "wait", counting_wait)
+    run_append(str(tmp_path), concurrency=2, batch_number=3, write_size=4096, disk_throughput=1 << 30, throttle=True)
+    assert charged == [("write", 4096)] * 6  # every batch of every writer through the io_limiter bucket
 
 
 def test_service_tags_keep_the_builtin_ones() -> None:
