@@ -16,15 +16,9 @@
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import re
 import socket
 import struct
-import subprocess
-import sys
 import threading
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -38,86 +32,28 @@ import pytest
 from riffle_actors.errors import StatusCode
 from riffle_actors.protocol import urpc
 from riffle_actors.protocol.proto import uniffle_pb2 as pb
-from tests.helpers import poll_until, wait_for
+from tests.helpers import poll_until
 from tests.helpers.client import UniffleClient, assert_read_matches, make_blocks
+from tests.helpers.daemon import ServerProcess, server_process
 from tests.helpers.urpc_client import UrpcClient
 
 pytestmark = pytest.mark.integration
 
 APP = "application_1700000000000_0017_1700000000001"
-REPO = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
 MiB = 1 << 20
 T = urpc.MessageType
 
 
-class Server:
-    def __init__(self, proc: subprocess.Popen, ports: dict, log: Path):
-        self.proc, self.log = proc, log
-        self.grpc_port, self.http_port, self.urpc_port = ports["grpc_port"], ports["http_port"], ports["urpc_port"]
-        self.target = f"127.0.0.1:{self.grpc_port}"
-
-    def metrics(self) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}/metrics", timeout=10) as r:
-            return r.read().decode()
-
-    def metric(self, name: str, **labels: str) -> float:
-        """The value of one sample of /metrics (0 when absent)."""
-        want = ",".join(f'{k}="{v}"' for k, v in labels.items())
-        pattern = re.compile(rf"^{re.escape(name)}(\{{([^}}]*)\}})? (\S+)$", re.MULTILINE)
-        for m in pattern.finditer(self.metrics()):
-            if all(f'{k}="{v}"' in (m.group(2) or "") for k, v in labels.items()) or not want:
-                return float(m.group(3))
-        return 0.0
-
-    def vm_hwm(self) -> int:
-        """Peak resident set size of the server so far (Linux ``VmHWM``)."""
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-        raise AssertionError("no VmHWM in /proc status")
+Server = ServerProcess
 
 
 @contextmanager
 def server(tmp_path: Path, top: str = "", urpc_config: str = "") -> Iterator[Server]:
     """A ``riffle_actors.server`` process (MEMORY_LOCALFILE, everything spilled at once, urpc on)."""
-    cfg = tmp_path / "server.toml"
-    log = tmp_path / "server.log"
-    cfg.write_text(f"""grpc_port = 0
-grpc_bind_address = "127.0.0.1"
-http_port = 0
-http_bind_address = "127.0.0.1"
-urpc_port = 0
-urpc_bind_address = "127.0.0.1"
-grace_period_sec = 0
-{top}
-[memory_store]
-capacity = "64M"
-app_buffer_ticket_max_ratio = 1.0  # one app (this test's) may reserve the whole budget
-[hybrid_store]
-memory_single_buffer_max_spill_size = "1K"
-[localfile_store]
-data_paths = ["{tmp_path / 'data'}"]
-[urpc_config]
-{urpc_config}
-[log]
-path = "{log}"
-""")
-    port_file = tmp_path / "ports.json"
-    proc = subprocess.Popen([sys.executable, "-m", "riffle_actors.server", "--config", str(cfg),
-                             "--port-file", str(port_file)], env=ENV,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_for(lambda: port_file.exists() or proc.poll() is not None, timeout=60, what="server ports")
-        assert proc.poll() is None, log.read_text() if log.exists() else "server exited"
-        yield Server(proc, json.loads(port_file.read_text()), log)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with server_process(tmp_path, top=top, urpc_config=urpc_config, urpc=True,
+                        memory_store="app_buffer_ticket_max_ratio = 1.0  # the test app may reserve the whole budget",
+                        tables='[hybrid_store]\nmemory_single_buffer_max_spill_size = "1K"') as srv:
+        yield srv
 
 
 async def _spilled_partition(srv: Server, app_id: str, count: int, size: int) -> tuple[list, int]:

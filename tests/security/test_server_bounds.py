@@ -17,11 +17,7 @@ After each attack another app still writes and reads back byte-exact.
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import grpc
@@ -33,13 +29,12 @@ from riffle_actors.protocol.proto import uniffle_pb2_grpc as pbg
 from riffle_actors.records import Block
 from riffle_actors.runtime import ManualClock
 from riffle_actors.server import ShuffleServer
-from tests.helpers import budget_figures, poll_until, wait_for
+from tests.helpers import budget_figures, poll_until
 from tests.helpers.client import UniffleClient, assert_read_matches, make_blocks
+from tests.helpers.daemon import server_process, vm_hwm_bytes
 from tests.helpers.urpc_client import UrpcConnection
 
 APP = "application_1700000000000_0017_1700000000001"
-REPO = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
 URPC = {"urpc_port": 0, "urpc_bind_address": "127.0.0.1"}
 
 
@@ -69,36 +64,11 @@ def _register(app_id: str, shuffle_id: int, ranges: list[tuple[int, int]],
                                      partitionRanges=[pb.ShufflePartitionRange(start=s, end=e) for s, e in ranges])
 
 
-def _vm_hwm_bytes(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmHWM in /proc status")
-
 
 # ---------------------------------------------------------------------------- reportShuffleResult
 def test_a_report_for_partitions_never_registered_is_refused_and_costs_no_memory(tmp_path: Path):
-    cfg = tmp_path / "server.toml"
-    cfg.write_text(f"""grpc_port = 0
-grpc_bind_address = "127.0.0.1"
-http_port = 0
-http_bind_address = "127.0.0.1"
-grace_period_sec = 0
-[memory_store]
-capacity = "64M"
-[localfile_store]
-data_paths = ["{tmp_path / 'data'}"]
-[log]
-path = "{tmp_path / 'server.log'}"
-""")
-    port_file = tmp_path / "ports.json"
-    proc = subprocess.Popen([sys.executable, "-m", "riffle_actors.server", "--config", str(cfg),
-                             "--port-file", str(port_file)], env=ENV,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_for(lambda: port_file.exists() or proc.poll() is not None, timeout=60, what="server ports")
-        assert proc.poll() is None, (tmp_path / "server.log").read_text()
-        port = json.loads(port_file.read_text())["grpc_port"]
+    with server_process(tmp_path) as srv:
+        proc, port = srv.proc, srv.grpc_port
         options = [("grpc.max_send_message_length", 64 << 20), ("grpc.max_receive_message_length", 64 << 20)]
         with grpc.insecure_channel(f"127.0.0.1:{port}", options=options) as channel:
             stub = pbg.ShuffleServerStub(channel)
@@ -106,14 +76,14 @@ path = "{tmp_path / 'server.log'}"
             rnd = random.Random(17)
             attack = _report(APP, 0, {100 + p: [rnd.getrandbits(62), rnd.getrandbits(62)] for p in range(500_000)})
             assert attack.ByteSize() > 8_000_000
-            before = _vm_hwm_bytes(proc.pid)
+            before = vm_hwm_bytes(proc.pid)
             for _ in range(4):
                 resp = stub.reportShuffleResult(attack, timeout=120)
                 assert resp.status == S.INVALID_REQUEST, resp
                 assert "500000 partitions of shuffle 0 that are not registered" in resp.retMsg
                 assert "100, 101, 102" in resp.retMsg and "and 499990 more" in resp.retMsg
                 assert len(resp.retMsg) < 400  # bounded, whatever the request names
-            grown = _vm_hwm_bytes(proc.pid) - before
+            grown = vm_hwm_bytes(proc.pid) - before
             assert grown < 150 << 20, f"peak RSS grew by {grown >> 20} MiB for 4 refused reports"
             # nothing of it was added; the registered partitions still take reports
             result = stub.getShuffleResult(pb.GetShuffleResultRequest(appId=APP, shuffleId=0, partitionId=100))
@@ -124,13 +94,6 @@ path = "{tmp_path / 'server.log'}"
             async with UniffleClient(f"127.0.0.1:{port}") as client:
                 await _another_app_works(client)
         asyncio.run(bystander())
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 async def test_reports_above_the_block_id_caps_are_refused_whole(server_factory):

@@ -10,10 +10,7 @@
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import grpc
@@ -25,10 +22,9 @@ from riffle_actors.protocol.proto import uniffle_pb2_grpc as pbg
 from riffle_actors.server import ShuffleServer
 from tests.helpers import budget_figures, wait_for, wait_server_clean
 from tests.helpers.client import UniffleClient, assert_read_matches, make_blocks, require_size
+from tests.helpers.daemon import server_process, vm_hwm_bytes
 
 APP = "application_1700000000000_0008_1700000000001"
-REPO = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
 async def _another_app_works(client: UniffleClient, app_id: str = "bystander") -> None:
@@ -90,42 +86,16 @@ async def test_a_read_longer_than_the_message_limit_is_refused(server_factory):
         await client.close()
 
 
-def _vm_hwm_bytes(pid: int) -> int:
-    """Peak resident set size of ``pid`` so far (Linux ``VmHWM``)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmHWM in /proc status")
-
 
 def test_a_300mb_message_is_refused_before_it_is_buffered(tmp_path: Path):
-    cfg = tmp_path / "server.toml"
-    cfg.write_text(f"""grpc_port = 0
-grpc_bind_address = "127.0.0.1"
-http_port = 0
-http_bind_address = "127.0.0.1"
-grace_period_sec = 0
-[memory_store]
-capacity = "64M"
-[localfile_store]
-data_paths = ["{tmp_path / 'data'}"]
-[log]
-path = "{tmp_path / 'server.log'}"
-""")
-    port_file = tmp_path / "ports.json"
-    proc = subprocess.Popen([sys.executable, "-m", "riffle_actors.server", "--config", str(cfg),
-                             "--port-file", str(port_file)], env=ENV,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_for(lambda: port_file.exists() or proc.poll() is not None, timeout=60, what="server ports")
-        assert proc.poll() is None, (tmp_path / "server.log").read_text()
-        port = json.loads(port_file.read_text())["grpc_port"]
+    with server_process(tmp_path) as srv:
+        proc, port = srv.proc, srv.grpc_port
         options = [("grpc.max_send_message_length", 1 << 30), ("grpc.max_receive_message_length", 1 << 30)]
         with grpc.insecure_channel(f"127.0.0.1:{port}", options=options) as channel:
             stub = pbg.ShuffleServerStub(channel)
             stub.registerShuffle(pb.ShuffleRegisterRequest(
                 appId=APP, shuffleId=0, partitionRanges=[pb.ShufflePartitionRange(start=0, end=0)]), timeout=30)
-            before = _vm_hwm_bytes(proc.pid)
+            before = vm_hwm_bytes(proc.pid)
             payload = os.urandom(1 << 20) * 300  # 300 MiB
             request = pb.SendShuffleDataRequest(appId=APP, shuffleId=0, requireBufferId=12345, shuffleData=[
                 pb.ShuffleData(partitionId=0, block=[pb.ShuffleBlock(blockId=1, length=len(payload), data=payload)])])
@@ -134,7 +104,7 @@ path = "{tmp_path / 'server.log'}"
                 stub.sendShuffleData(request, timeout=60)
             assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, refused.value
             del request
-            grown = _vm_hwm_bytes(proc.pid) - before
+            grown = vm_hwm_bytes(proc.pid) - before
             assert grown < 100 << 20, f"peak RSS grew by {grown >> 20} MiB for a refused 300 MiB message"
             # the server goes on serving, the same channel included
             hb = stub.appHeartbeat(pb.AppHeartBeatRequest(appId=APP), timeout=30)
@@ -143,13 +113,6 @@ path = "{tmp_path / 'server.log'}"
             ticket = stub.requireBuffer(pb.RequireBufferRequest(appId=APP, shuffleId=0,
                                                                 requireSize=require_size(blocks)), timeout=30)
             assert ticket.status == StatusCode.SUCCESS
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 async def test_an_oversized_task_bitmap_is_refused_and_a_large_one_still_filters(server_factory):
