@@ -834,9 +834,8 @@ class ServerConfig(StrictModel):
         False, description="a configured grpc/urpc/http port already in use is replaced by a free one (logged); "
                            "Riffle's default is true")
     initial_unhealthy_status_enable: bool = Field(
-        False, description="Riffle: start UNHEALTHY until an operator sets the server healthy",
-        json_schema_extra=riffle_key(RiffleKind.NOT_YET, "the server is HEALTHY from its first heartbeat (an "
-                                                          "operator can decommission it)", inert=False))
+        False, description="start UNHEALTHY (the coordinators assign the server nothing) until an operator "
+                           "sets it healthy (riffle-ctl instance set --status healthy, POST /admin?update_state=HEALTHY)")
     conf_reload_enable: bool = Field(
         False, description="Riffle: re-read the config file every 60 s (Riffle's default is true)",
         json_schema_extra=riffle_key(RiffleKind.NOT_YET, "the config is read once at start; restart to change it",

@@ -132,10 +132,12 @@ class Lifecycle:
 
     def __init__(self, *, apps: Mapping[str, Any], clock: Clock, check_interval_s: float,
                  request_stop: Callable[[], None], announce: Callable[[], Awaitable[Any]] | None = None,
-                 announce_timeout_s: float = 2.0, tags: Sequence[str] = ()):
+                 announce_timeout_s: float = 2.0, tags: Sequence[str] = (), start_unhealthy: bool = False):
         """``apps``: the live app directory (read only); ``request_stop()`` starts the graceful stop;
         ``announce()`` sends a heartbeat round now, so a status change has reached the coordinators
-        when the action answers (waited for at most ``announce_timeout_s``)."""
+        when the action answers (waited for at most ``announce_timeout_s``). ``start_unhealthy``
+        (Riffle's ``initial_unhealthy_status_enable``): the manual status is UNHEALTHY from the first
+        heartbeat, until an operator sets the server HEALTHY."""
         self._apps = apps
         self._clock = clock
         self._interval = check_interval_s
@@ -143,7 +145,8 @@ class Lifecycle:
         self.announce = announce
         self._announce_timeout = announce_timeout_s
         self.state = LifecycleState.ACTIVE
-        self.manual_status: str | None = None  # UNHEALTHY | DECOMMISSIONED, set by update_state
+        # UNHEALTHY | DECOMMISSIONED, set by update_state (or UNHEALTHY from the start)
+        self.manual_status: str | None = "UNHEALTHY" if start_unhealthy else None
         self.tags = ServiceTags(tags)
         self._watch: asyncio.Task[None] | None = None
 

@@ -438,7 +438,10 @@ class ShuffleServer:
         self.lifecycle = Lifecycle(apps=self.directory, clock=self.clock,
                                    check_interval_s=cfg.decommission_check_interval_sec,
                                    request_stop=lambda: self.request_stop(), announce=self._heartbeat_now,
-                                   tags=tuple(cfg.tags))
+                                   tags=tuple(cfg.tags), start_unhealthy=cfg.initial_unhealthy_status_enable)
+        if cfg.initial_unhealthy_status_enable:
+            logger.warning("initial_unhealthy_status_enable: the server reports UNHEALTHY (assigned nothing) until "
+                           "an operator sets it healthy (riffle-ctl instance set --status healthy)")
         grpc_port, http_port, urpc_port = cfg.grpc_port, cfg.http_port, cfg.urpc_port
         if cfg.fallback_random_ports_enable:
             grpc_port = _port_or_free_one(cfg.grpc_bind_address, grpc_port, "grpc_port")

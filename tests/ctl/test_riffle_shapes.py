@@ -357,3 +357,23 @@ def test_old_shapes_are_gone(rc: RealCluster) -> None:
                 "riffle-ctl inspect /tmp/x.index"):
         r = bash(rc, old)
         assert r.returncode == 2 and any(w in r.stderr for w in ("invalid choice", "required", "unrecognized")), (old, r.stderr)
+
+
+def test_initial_unhealthy_status_holds_until_an_operator_sets_healthy(tmp_path: Path) -> None:
+    c = RealCluster(tmp_path / "initial-unhealthy")
+    c.tmp.mkdir()
+    try:
+        c.start_coordinator()
+        late = c.start_server("late", extra="initial_unhealthy_status_enable = true", admin_token=ADMIN_TOKEN)
+        other = c.start_server("other", admin_token=ADMIN_TOKEN)
+        c.wait_registered(2)
+        assert admin(late, "get_state", "GET", None) == (200, "UNHEALTHY")
+        assert wait_listed(c, late, "UNHEALTHY")["reported_status"] == "UNHEALTHY"
+        wait_listed(c, other, "ACTIVE")
+        assert assigned(c, "application_1764547200000_0201") == {sid(other)}  # nothing for the late one
+        back = bash(c, README_SET_UNHEALTHY.replace("unhealthy", "healthy"), **{"192.168.1.1:19998": addr(late)})
+        assert back.returncode == 0 and back.stdout.strip() == f"{addr(late)}: UNHEALTHY -> ACTIVE", back
+        wait_listed(c, late, "ACTIVE")
+        assert sid(late) in assigned(c, "application_1764547200000_0202")
+    finally:
+        c.stop()
