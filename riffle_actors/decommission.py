@@ -149,6 +149,7 @@ class Lifecycle:
         self.manual_status: str | None = "UNHEALTHY" if start_unhealthy else None
         self.tags = ServiceTags(tags)
         self._watch: asyncio.Task[None] | None = None
+        self.checks = 0  # app-count checks made by decommission watches (for tests)
 
     @property
     def app_count(self) -> int:
@@ -259,6 +260,7 @@ class Lifecycle:
     async def _watch_apps(self) -> None:
         logged = -1
         while self.state is LifecycleState.DECOMMISSIONING:
+            self.checks += 1
             left = len(self._apps)
             if left == 0:
                 self._stop("decommissioned: no app left")

@@ -154,6 +154,7 @@ class UrpcServer:
         self.connections: set[UrpcConnection] = set()
         self.inflight_bytes = 0
         self._budget_waiters: deque[UrpcConnection] = deque()
+        self.budget_waits = 0  # large frames that had to wait for the in-flight budget (for tests)
         self._server: asyncio.AbstractServer | None = None
         self.port = 0
         self.refused_connections = 0
@@ -222,6 +223,7 @@ class UrpcServer:
             self._budget_waiters.popleft()
 
     def wait_budget(self, conn: UrpcConnection) -> None:
+        self.budget_waits += 1
         self._budget_waiters.append(conn)
 
     def forget(self, conn: UrpcConnection) -> None:

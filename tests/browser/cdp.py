@@ -122,6 +122,16 @@ class Browser:
             raise AssertionError(f"{expression}: {result['exceptionDetails']}")
         return result["result"].get("value")
 
+    async def settled(self) -> None:
+        """Return once every event the page emitted before now has been read: the page logs a marker
+        from a task queued behind whatever the page already queued (timers, callbacks), and the
+        marker's ``consoleAPICalled`` event, read in order from the one DevTools socket, is awaited."""
+        marker = f"riffle-settled-{next(self._ids)}"
+        await self.send("Runtime.evaluate", awaitPromise=True, expression=(
+            f"new Promise(r => setTimeout(() => {{ console.debug({marker!r}); r(true); }}, 0))"))
+        await poll_until(lambda: any(marker in line for line in self.console), timeout=30, interval=0.01,
+                         message="the page's marker event never arrived")
+
     async def screenshot(self, path: Path) -> None:
         result = await self.send("Page.captureScreenshot", format="png", captureBeyondViewport=True)
         path.write_bytes(base64.b64decode(result["data"]))

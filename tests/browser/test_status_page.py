@@ -8,7 +8,6 @@ Set ``RIFFLE_STATUS_SCREENSHOT=docs/status-page.png`` to save the screenshot the
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -103,9 +102,21 @@ async def test_status_page_shows_the_cluster(browser: Browser, cluster: RealClus
         f"!document.querySelector('#servers tr[data-server-id=\"{alpha}\"]').innerText.includes('DECOMMISSIONING')"),
         timeout=30, interval=0.2)
     _register(cluster, "application_1764547200000_0002", "analytics")
-    await asyncio.sleep(0)  # let the event reader drain what Chromium already sent
+    await browser.settled()  # every console event and exception the page emitted so far has been read
     assert browser.errors == [], browser.errors
     shot = os.environ.get("RIFFLE_STATUS_SCREENSHOT")
     if shot:
         await poll_until(live_app_shown, timeout=30, interval=0.2)
         await browser.screenshot(Path(shot))
+
+
+async def test_settled_reads_every_event_the_page_emitted_before_it(browser: Browser) -> None:
+    """``Browser.settled()`` (what the status-page test drains Chromium with) does not return before
+    the events of work the page had already queued have been read: three timers that throw, queued
+    behind a console error, all arrive."""
+    await browser.send("Runtime.evaluate", expression=(
+        "for (let i = 0; i < 3; i++) setTimeout(() => { throw new Error('queued ' + i); }, 0);"
+        "console.error('at once')"))
+    await browser.settled()
+    assert browser.errors[0] == "console.error: at once", browser.errors
+    assert [e.split("\n")[0] for e in browser.errors[1:]] == [f"exception: Error: queued {i}" for i in range(3)]

@@ -287,10 +287,11 @@ async def test_lifecycle_decommission_waits_for_the_last_app(clock: ManualClock)
     assert life.heartbeat_status(HeartbeatSnapshot(ip="10.0.0.1", grpc_port=1)).status == "DECOMMISSIONING"
     again = await life.decommission()
     assert again.ok and again.message == "already decommissioning; 1 app(s) left" and len(announced) == 1
-    for _ in range(3):  # the app is still there: checks come and go, no stop
+    await poll_until(lambda: life.checks == 1)  # the watch's first check, at once
+    for n in range(2, 5):  # the app is still there: checks come and go, no stop
         clock.advance(5.0)
-        await asyncio.sleep(0)
-    assert stops == []
+        await poll_until(lambda n=n: life.checks == n)
+        assert stops == [] and life.state.value == "DECOMMISSIONING"
     apps.clear()
     clock.advance(5.0)
     await poll_until(lambda: stops == ["stop"])
@@ -307,13 +308,17 @@ async def test_lifecycle_cancel_ends_the_watch_and_kill_stops_at_once(clock: Man
     stops: list[str] = []
     life = Lifecycle(apps=apps, clock=clock, check_interval_s=5.0, request_stop=lambda: stops.append("stop"))
     await life.decommission()
+    await poll_until(lambda: life.checks == 1 and clock.pending() == 1)  # the watch checked and sleeps
     cancelled = await life.cancel_decommission()
     assert cancelled.ok and cancelled.state == "ACTIVE"
     assert life.heartbeat_status(HeartbeatSnapshot(ip="10.0.0.1", grpc_port=1)).status == "ACTIVE"
+    await poll_until(lambda: clock.pending() == 0)  # the cancelled watch's sleep is gone: nothing can check
+    checks = life.checks
     apps.clear()
     for _ in range(3):
         clock.advance(5.0)
         await asyncio.sleep(0)
+    assert clock.pending() == 0 and life.checks == checks
     assert stops == [] and life.state.value == "ACTIVE"
     killed = await life.kill()
     assert killed.ok and stops == ["stop"] and killed.state == "STOPPING"

@@ -9,6 +9,7 @@ import re
 import shutil
 import socket
 import subprocess
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,7 @@ from riffle_actors.config import ConfigError, load_config
 from riffle_actors.coordinator.config import load_coordinator_config
 from riffle_actors.protocol.proto import uniffle_pb2 as pb
 from riffle_actors.protocol.proto import uniffle_pb2_grpc as pb_grpc
-from tests.ctl.cluster import REPO, RealCluster, send_blocks
+from tests.ctl.cluster import REPO, RealCluster, http_json, send_blocks
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.integration
@@ -61,8 +62,19 @@ def test_coordinator_metrics(cluster: RealCluster) -> None:
     m = wait_for(counted, timeout=30, what="the sick server counted UNHEALTHY")
     assert value(m, "riffle_coordinator_servers", status="ACTIVE") == 1
     assert value(m, "riffle_coordinator_servers", status="LOST") == 0
-    assert 0 <= value(m, "riffle_coordinator_heartbeat_lag_seconds") < 10  # servers beat every second
     assert value(m, "riffle_coordinator_heartbeat_age_seconds_count") == 2
+    # the lag is bounded by causality: once every server was heard after t0, the oldest last
+    # heartbeat is younger than the time since t0 (both daemons and the test read CLOCK_MONOTONIC)
+    t0 = time.monotonic()
+    seen = {s["id"]: s["last_heartbeat_ms"] for s in http_json(cluster.url + "/api/servers")}
+    assert len(seen) == 2
+    wait_for(lambda: all(s["last_heartbeat_ms"] > seen[s["id"]] for s in http_json(cluster.url + "/api/servers")),
+             timeout=30, what="a new heartbeat from every server")
+    m = scrape(url)
+    since_t0 = time.monotonic() - t0
+    lag = value(m, "riffle_coordinator_heartbeat_lag_seconds")
+    assert 0 <= lag <= since_t0, (lag, since_t0)
+    assert lag <= value(m, "riffle_coordinator_heartbeat_age_seconds_sum")  # the oldest of the two ages
     before = value(m, "riffle_coordinator_assignments_total"), value(m, "riffle_coordinator_assigned_partitions_total")
     _assign(cluster, "app-metrics", 6)
     after = scrape(url)

@@ -3,7 +3,8 @@
 ramfs refuses ``O_DIRECT`` at open (EINVAL) on every kernel, so it is the refusal case here;
 tmpfs refused it before Linux 6.6 and accepts it since. Either way a server spilling there
 must store exactly the bytes sent at exactly the offsets its index records; a refusal must be
-logged with its reason and the spill done with buffered IO.
+logged with its reason and the spill done with buffered IO. ``riffle-ctl bench disk append --direct``
+gives figures on tmpfs and refuses ramfs with exit 1 and a message naming the directory.
 """
 
 from __future__ import annotations
@@ -47,6 +48,11 @@ def _accepts_direct(path: Path) -> bool:
         probe.unlink(missing_ok=True)
 
 
+def _kernel() -> tuple[int, int]:
+    major, minor = os.uname().release.split(".")[:2]
+    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
+
+
 def _spill_and_check(root: Path) -> None:
     rng = random.Random(5)
     io = RealLocalIO(direct_io=True)
@@ -82,3 +88,31 @@ def test_direct_spill_keeps_exact_bytes_and_falls_back_where_refused(mounts, fst
     else:
         assert reason is not None and "O_DIRECT" in reason
         assert len(lines) == 1 and "refuses O_DIRECT" in lines[0] and str(root) in lines[0]
+
+
+@pytest.mark.parametrize("fstype", ["ramfs", "tmpfs"])
+def test_disk_bench_direct_on_real_mounts(mounts, fstype):
+    """``riffle-ctl bench disk append --direct``: figures where the file system accepts O_DIRECT
+    (tmpfs since Linux 6.6), a refusal naming the directory where it does not (ramfs), exit 1."""
+    import json
+    import sys
+
+    from tests.ctl.cluster import BASE_ENV
+
+    root = _mount(mounts, fstype, fstype)
+    accepts = _accepts_direct(root)
+    if fstype == "ramfs":
+        assert not accepts, "ramfs is expected to refuse O_DIRECT"
+    elif _kernel() >= (6, 6):
+        assert accepts, "tmpfs accepts O_DIRECT since Linux 6.6"
+    r = subprocess.run([sys.executable, "-m", "riffle_actors.ctl", "bench", "disk", "append", "--dir", str(root),
+                        "--batch-number", "2", "--concurrency", "2", "--write-size", "64K", "--direct",
+                        "--format", "json"], env=BASE_ENV, capture_output=True, text=True, timeout=60, check=False)
+    assert "Traceback" not in r.stderr, r.stderr
+    if accepts:
+        assert r.returncode == 0, r.stderr
+        [result] = [json.loads(line) for line in r.stdout.splitlines()]
+        assert result["mode"] == "append O_DIRECT" and result["bytes"] == 2 * 2 * (64 << 10) and result["mb_per_s"] > 0
+    else:
+        assert r.returncode == 1 and f"the file system of {root} refuses O_DIRECT" in r.stderr, r
+    assert sorted(p.name for p in root.iterdir()) == []  # no bench file (nor probe) left behind

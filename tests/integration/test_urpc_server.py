@@ -405,7 +405,19 @@ async def test_large_frames_beyond_the_inflight_budget_wait_then_succeed(server_
             for i in range(0, len(blocks), 3):
                 await c.send_blocks(APP, 0, blocks[i:i + 3])
 
-        await asyncio.gather(*(push(c, b) for c, b in zip(clients, per_client)))
+        # a half-received 500 KB frame holds half the budget: the next 600 KB frame must wait for it
+        holder = await conn_to(srv)
+        await holder.send_raw(urpc.HEADER.pack(500_000, T.SEND_SHUFFLE_DATA_REQUEST, 0) + bytes(100_000))
+        await poll_until(lambda: srv._urpc.inflight_bytes == 500_000, message="the holding frame not started")
+        waits = srv._urpc.budget_waits
+        first = asyncio.ensure_future(clients[0].send_blocks(APP, 0, per_client[0][:3]))
+        await poll_until(lambda: srv._urpc.budget_waits == waits + 1, message="the second frame did not wait")
+        assert not first.done() and srv._urpc.inflight_bytes == 500_000  # it waits, holding nothing
+        await holder.close()  # the budget comes back: the waiting frame goes on
+        await asyncio.wait_for(first, 30)
+        await poll_until(lambda: srv._urpc.inflight_bytes == 0, message="budget not released")
+        await push(clients[0], per_client[0][3:])
+        await asyncio.gather(*(push(c, b) for c, b in zip(clients[1:], per_client[1:])))
         assert srv._urpc.inflight_bytes == 0
         for p, blocks in enumerate(per_client):
             await clients[0].report(APP, 0, p + 1, blocks)

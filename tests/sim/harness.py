@@ -17,7 +17,17 @@ seed) lists events placed before or during the steps of a write + spill + read +
 Time: a ticker moves the ``ManualClock`` in small steps all along (spill pauses and ticket expiry
 need it to move), and jumps move it further; nothing sleeps to wait for a condition. The
 schedule and the workload are determined by the seed; thread and socket timing is not, so a
-replay repeats the same faults at the same steps of the workload.
+replay repeats the same faults at the same steps of the workload (``World.trace``, checked by
+``test_the_same_seed_applies_the_same_trace``), not the same interleaving.
+
+Why the ticker follows real time rather than the harness's own event count: the server under
+test answers over real gRPC sockets (grpc's own threads) and appends in its IO thread pool, and
+while one client call is outstanding the server may wait on the ManualClock (a spill pause, a
+ticket expiry, a retry backoff of the storage actor). A clock moved only at harness events would
+leave such a call waiting until its deadline, so the clock must move while the harness awaits a
+reply, and how much of it passes then depends on thread and socket timing. The same holds for
+the loop turn at which a ``kill`` lands, whether a ``stall``'s append was entered before its
+step ended, and which calls are retried: those are in ``World.log``, not in ``World.trace``.
 
 ``World.check_invariants()`` ends every schedule: every acknowledged block readable byte-exact;
 spills drained (no batch in flight or queued, ``in_flight`` 0) and the budget of the app equal
@@ -147,6 +157,9 @@ class World:
     acked: list[BlockSpec] = field(default_factory=list)
     losses: int = 0  # times the app was purged by the crash of its AppActor (by design) and registered again
     log: list[str] = field(default_factory=list)
+    #: (step, event) in the order the harness applied or launched the events of the schedule: a
+    #: function of the seed (unlike ``log``, which also holds what timing decided)
+    trace: list[tuple[int, Event]] = field(default_factory=list)
     restarts: dict[str, int] = field(default_factory=dict)  # actor name -> restarts, at the end of the run
     purge_events: list[Event] = field(default_factory=list)  # kills while the app is purged
     _task_id: int = 0
@@ -262,6 +275,7 @@ class World:
         self.purge_events = [e for e in events if e.step >= len(steps)]
         for i, step in enumerate(steps):
             now = [e for e in events if e.step == i]
+            self.trace.extend((i, ev) for ev in now)
             for ev in now:
                 if ev.what not in ("kill", "stall"):
                     self.apply(ev)
@@ -414,6 +428,7 @@ class World:
             assert sent == {self.coordinator: True}, sent  # (its counters start again with each incarnation)
         # purge: everything of the app goes, even after crashes (events of the step after the last,
         # killed while the purge runs) and failed deletions
+        self.trace.extend((e.step, e) for e in self.purge_events)
         during = [asyncio.ensure_future(self.kill_later(ev)) for ev in self.purge_events]
         try:
             await self.retrying(lambda: self.client.unregister_app(self.app_id))
