@@ -748,7 +748,10 @@ def union_serialize_steps(sets: Sequence[BlockIdSet]) -> Generator[None, None, b
     container), and ``_LegacyWriter`` encodes the chunks column-wise.
 
     The inputs are never modified, but they are read when their step comes: an id a set held
-    when the call started is in the result; one added to it meanwhile may be too.
+    when the call started is in the result; one added to it meanwhile may be too. The union of
+    several sets is emptied chunk by chunk as it is encoded (``remove_range`` of each chunk's
+    span): dropping it whole would free every container in one call (2M one-id containers, the
+    tiny-partitions layout: ~0.8 s).
     """
     if len(sets) == 1:
         source = sets[0]
@@ -775,9 +778,12 @@ def union_serialize_steps(sets: Sequence[BlockIdSet]) -> Generator[None, None, b
                 yield
         union.update(pending)
         source = BlockIdSet._wrap(union, containers)
+    own = source is not sets[0] if sets else False
     writer = _LegacyWriter()
     for chunk in _id_chunks(source):
         yield
         writer.feed(chunk)
+        if own:  # the union is emptied as it is written: freeing it whole is one C call per container
+            source._bitmap.remove_range(chunk[0], chunk[-1] + 1)
     yield  # joining the bytes (~10 ms for 44 MB) is a step of its own
     return writer.finish()
