@@ -60,6 +60,7 @@ __all__ = [
     "deserialize_block_ids",
     "id_array",
     "serialize_block_ids",
+    "release_steps",
     "union_serialize_steps",
 ]
 
@@ -730,6 +731,28 @@ def _id_chunks(ids: BlockIdSet) -> Iterator[array]:
         if len(chunk) < STEP_IDS:
             return
         start = chunk[-1] + 1
+
+
+def release_steps(sets: dict[int, BlockIdSet]) -> Generator[None, None, None]:
+    """Empty ``sets`` (popping its entries) in steps of at most ``STEP_IDS`` containers freed.
+
+    Dropping a set frees all its containers in one C call: one 2M-id partition of one-id buckets
+    took ~0.2 s, the 200k partitions of 10 ids of the tiny-partitions layout ~0.8 s for the dict.
+    A set of many containers is emptied chunk by chunk (``remove_range`` of each chunk's span).
+    """
+    work = 0
+    while sets:
+        _, ids = sets.popitem()
+        if ids._containers > STEP_IDS:
+            bitmap = ids._bitmap
+            for chunk in _id_chunks(ids):
+                bitmap.remove_range(chunk[0], chunk[-1] + 1)
+                yield
+        work += min(ids._containers, STEP_IDS) + 16
+        del ids
+        if work >= STEP_IDS:
+            work = 0
+            yield
 
 
 def union_serialize_steps(sets: Sequence[BlockIdSet]) -> Generator[None, None, bytes]:

@@ -20,7 +20,7 @@ import riffle_actors.protocol.bitmap as bitmap_module
 from riffle_actors.actors.app_manager import AppDirectory
 from riffle_actors.errors import InvalidRequestError
 from riffle_actors.metrics import Metrics
-from riffle_actors.protocol.bitmap import BlockIdSet, union_serialize_steps
+from riffle_actors.protocol.bitmap import STEP_IDS, BlockIdSet, release_steps, union_serialize_steps
 from riffle_actors.service import ShuffleService
 from riffle_actors.state.app_state import drain
 
@@ -77,3 +77,27 @@ def test_a_long_partition_list_is_checked_in_steps(call: str) -> None:
     n, error = suspensions_until_done(coro)
     assert isinstance(error, InvalidRequestError) and "-1" in str(error)
     assert n >= 10, f"{len(pids)} partition ids were checked in {n + 1} loop turns"
+
+
+def test_released_sets_are_emptied_in_bounded_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    left_at_release: list[int] = []
+
+    class Recorded(bitmap_module.BitMap64):
+        def __del__(self) -> None:
+            left_at_release.append(self.get_statistics()["n_containers"])
+
+    monkeypatch.setattr(bitmap_module, "BitMap64", Recorded)
+    big = BlockIdSet([i << 16 for i in range(20 * STEP_IDS)])  # one container per id
+    reported = {p: BlockIdSet([p << 16 | i for i in range(10)]) for p in range(1, 5000)}
+    reported[0] = big
+    del big
+    gc.collect()
+    left_at_release.clear()  # temporaries of the construction
+    steps = release_steps(reported)
+    n = 0
+    for _ in steps:
+        n += 1
+        assert max(left_at_release, default=0) <= STEP_IDS, "a step freed a set of too many containers"
+    gc.collect()
+    assert reported == {} and len(left_at_release) == 5000
+    assert max(left_at_release) <= 1 and n >= 20
