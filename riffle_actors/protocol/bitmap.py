@@ -59,8 +59,8 @@ __all__ = [
     "TaskIdFilter",
     "deserialize_block_ids",
     "id_array",
-    "serialize_block_ids",
     "release_steps",
+    "serialize_block_ids",
     "union_serialize_steps",
 ]
 
