@@ -408,8 +408,12 @@ def run_layout(opts: argparse.Namespace, layout: str) -> tuple[int, float, float
             server.kill()
         stalls = watchdog.read_text().splitlines() if watchdog is not None and watchdog.exists() else []
         shutil.rmtree(work, ignore_errors=True)
-    for line in stalls:
-        print("stall:", line)
+    for line in stalls:  # the watchdog's clock is this one (CLOCK_MONOTONIC): name the phase of each stall
+        at = json.loads(line)["at"]
+        where = next((row["name"] for row in [{"name": "baseline (no load)", "start": base_start, "end": base_end},
+                                              *phases] if row["start"] <= at <= row["end"] + 0.05),
+                     "outside the phases (start-up, gaps, shut-down)")
+        print(f"stall in {where}: {line}")
 
     if layout == "spark":
         total = opts.tasks * opts.ids_per_task
