@@ -220,7 +220,7 @@ class AdminService:
     async def render_metrics(self) -> bytes:
         """Prometheus text, refreshed from the actors first."""
         await self.refresh_snapshot()
-        return self.metrics.render()
+        return await self.metrics.render_off_loop()
 
     async def run_refresh_loop(self, interval_s: float) -> None:
         """Keep the snapshot the heartbeat reads fresh (health, disks, spill queue); runs until cancelled."""

@@ -8,14 +8,15 @@ Starts ``riffle-server`` as a separate process on a temporary data dir, then two
 - a **heavy** app that, phase after phase: reports ``--tasks`` x ``--ids-per-task`` block ids (2M by
   default) the way Spark does, one ``reportShuffleResult`` per map task with ``--inflight`` of them in
   flight; asks ``getShuffleResultForMultiPart`` for every partition; reports the same ids again into
-  a second shuffle as one single huge request; asks for that shuffle's result.
+  a second shuffle in as few requests as the server's report caps allow; asks for that shuffle's result.
 
 Each map task writes ``--ids-per-task`` blocks to consecutive partitions (wrapping at ``--partitions``),
 with Spark's default block-id layout (21/20/22 bits). A baseline window without load comes first.
 
 ``--layout`` (comma-separated; each runs against a fresh server) picks adversarial id layouts
-instead of the Spark workload above ("spark"); each is one ``reportShuffleResult`` carrying every id,
-then one ``getShuffleResultForMultiPart`` over every partition:
+instead of the Spark workload above ("spark"); each is reported in as few
+``reportShuffleResult`` as the server's caps allow (``--report-ids``, ``--report-partition-ids``: a hot
+partition is filled by several reports), then one ``getShuffleResultForMultiPart`` over every partition:
 
 - ``distinct-highs``: ``--ids`` ids in one partition, every id with a high 32-bit word of its own
   (one Roaring64 bucket per id: the layout a hot partition gets from Uniffle's block ids);
@@ -43,6 +44,7 @@ import argparse
 import asyncio
 import json
 import multiprocessing as mp
+import os
 import shutil
 import subprocess
 import sys
@@ -135,6 +137,23 @@ def layout_block_ids(layout: str, args: dict) -> dict[int, list[int]]:
     raise SystemExit(f"unknown layout {layout!r}")
 
 
+def capped_reports(merged: dict[int, list[int]], args: dict) -> list[dict[int, list[int]]]:
+    """``merged`` cut into reports of at most ``report_ids`` ids (a partition counts one at least) and
+    ``report_partition_ids`` ids of one partition: the server's ``[app_config]`` report caps."""
+    per_report, per_partition = args["report_ids"], args["report_partition_ids"]
+    reports: list[dict[int, list[int]]] = [{}]
+    room = per_report
+    for p, ids in sorted(merged.items()):
+        for i in range(0, max(len(ids), 1), per_partition):
+            chunk = ids[i:i + per_partition]
+            if max(len(chunk), 1) > room or p in reports[-1]:
+                reports.append({})
+                room = per_report
+            reports[-1][p] = chunk
+            room -= max(len(chunk), 1)
+    return reports
+
+
 def run_heavy(port: int, args: dict, out: mp.Queue) -> None:
     """The phases described in the module docstring; puts a list of phase records."""
     import grpc
@@ -165,7 +184,8 @@ def run_heavy(port: int, args: dict, out: mp.Queue) -> None:
     for per_partition in by_task:
         for p, ids in per_partition.items():
             merged.setdefault(p, []).extend(ids)
-    huge_request = request(1, 0, merged)
+    # an adversarial layout is reported within the server's request caps: several reports
+    layout_requests = [request(1, i, part) for i, part in enumerate(capped_reports(merged, args))]
     del by_task, merged
 
     async def main() -> list[dict]:
@@ -199,11 +219,11 @@ def run_heavy(port: int, args: dict, out: mp.Queue) -> None:
 
             # 1. one report per map task, several in flight (executors report as their tasks end)
             await asyncio.sleep(args["gap_s"])
-            if not task_requests:  # an adversarial layout: only the single huge report
+            if not task_requests:  # an adversarial layout: its capped reports, one after the other
                 start = time.monotonic()
-                took = await timed(stub.reportShuffleResult, huge_request)
-                phases.append({"name": f"{layout}: 1 report of {expected} ids", "start": start,
-                               "end": time.monotonic(), "rpc": "report", "durations": [took]})
+                took = [await timed(stub.reportShuffleResult, r) for r in layout_requests]
+                phases.append({"name": f"{layout}: {len(took)} reports", "start": start,
+                               "end": time.monotonic(), "rpc": "report", "durations": took})
                 await get_all(1, f"{layout}: get, all partitions")
                 await asyncio.sleep(args["gap_s"])
                 return phases
@@ -222,9 +242,9 @@ def run_heavy(port: int, args: dict, out: mp.Queue) -> None:
             # 2. the same ids as one request
             await asyncio.sleep(args["gap_s"])
             start = time.monotonic()
-            took = await timed(stub.reportShuffleResult, huge_request)
-            phases.append({"name": f"1 report of {expected} ids", "start": start, "end": time.monotonic(),
-                           "rpc": "report", "durations": [took]})
+            took = [await timed(stub.reportShuffleResult, r) for r in layout_requests]
+            phases.append({"name": f"{len(took)} big reports", "start": start, "end": time.monotonic(),
+                           "rpc": "report", "durations": took})
             await get_all(1, "get, all partitions")
             await asyncio.sleep(args["gap_s"])
         return phases
@@ -233,7 +253,8 @@ def run_heavy(port: int, args: dict, out: mp.Queue) -> None:
 
 
 # ----------------------------------------------------------------------------- server
-def start_server(work: Path, capacity: str) -> tuple[subprocess.Popen, int, int]:
+def start_server(work: Path, capacity: str, watchdog: Path | None = None,
+                 ) -> tuple[subprocess.Popen, int, int]:
     cfg = work / "server.toml"
     cfg.write_text(f"""grpc_port = 0
 http_port = 0
@@ -248,8 +269,13 @@ path = "{work / 'server.log'}"
 level = "WARNING"
 """)
     port_file = work / "ports.json"
-    server = subprocess.Popen([sys.executable, "-m", "riffle_actors.server", "--config", str(cfg),
-                               "--port-file", str(port_file)], cwd=REPO)
+    if watchdog is None:
+        launch = [sys.executable, "-m", "riffle_actors.server"]
+        env = None
+    else:  # the same server under scripts/loop_watchdog.py
+        launch = [sys.executable, str(REPO / "scripts" / "loop_watchdog.py")]
+        env = {**os.environ, "RIFFLE_WATCHDOG_OUT": str(watchdog)}
+    server = subprocess.Popen(launch + ["--config", str(cfg), "--port-file", str(port_file)], cwd=REPO, env=env)
     deadline = time.monotonic() + 30
     while not port_file.exists():
         if server.poll() is not None or time.monotonic() > deadline:
@@ -304,6 +330,12 @@ def main() -> int:
     ap.add_argument("--ids", type=int, default=2_000_000, help="ids of the one-partition layouts")
     ap.add_argument("--tiny-partitions", type=int, default=200_000, help="partitions of tiny-partitions")
     ap.add_argument("--tiny-ids", type=int, default=10, help="ids per partition of tiny-partitions")
+    ap.add_argument("--report-ids", type=int, default=1_000_000,
+                    help="ids per report of a layout (the server's report_block_id_number_max_limit)")
+    ap.add_argument("--report-partition-ids", type=int, default=200_000,
+                    help="ids of one partition per report (report_partition_block_id_number_max_limit)")
+    ap.add_argument("--watchdog", action="store_true",
+                    help="run the server under scripts/loop_watchdog.py and print what held each stall > 50 ms")
     ap.add_argument("--inflight", type=int, default=8, help="task reports in flight at once")
     ap.add_argument("--probe-interval-ms", type=float, default=10.0)
     ap.add_argument("--baseline-s", type=float, default=3.0, help="probe-only window before the load")
@@ -327,10 +359,12 @@ def run_layout(opts: argparse.Namespace, layout: str) -> tuple[int, float, float
     """One layout against a fresh server; prints its table. (missing-id count, probe max, lag max, RPC times)."""
     args = {"tasks": opts.tasks, "ids_per_task": opts.ids_per_task, "partitions": opts.partitions,
             "inflight": opts.inflight, "gap_s": 0.5, "layout": layout, "ids": opts.ids,
-            "tiny_partitions": opts.tiny_partitions, "tiny_ids": opts.tiny_ids}
+            "tiny_partitions": opts.tiny_partitions, "tiny_ids": opts.tiny_ids,
+            "report_ids": opts.report_ids, "report_partition_ids": opts.report_partition_ids}
 
     work = Path(tempfile.mkdtemp(prefix="riffle-bench-lag-"))
-    server, grpc_port, http_port = start_server(work, opts.capacity)
+    watchdog = work / "watchdog.jsonl" if opts.watchdog else None
+    server, grpc_port, http_port = start_server(work, opts.capacity, watchdog)
     ctx = mp.get_context("spawn")
     probe_ready, probe_stop = ctx.Event(), ctx.Event()
     probe_q, heavy_q = ctx.Queue(), ctx.Queue()
@@ -372,7 +406,14 @@ def run_layout(opts: argparse.Namespace, layout: str) -> tuple[int, float, float
             server.wait(60)
         except subprocess.TimeoutExpired:
             server.kill()
+        stalls = watchdog.read_text().splitlines() if watchdog is not None and watchdog.exists() else []
         shutil.rmtree(work, ignore_errors=True)
+    for line in stalls:  # the watchdog's clock is this one (CLOCK_MONOTONIC): name the phase of each stall
+        at = json.loads(line)["at"]
+        where = next((row["name"] for row in [{"name": "baseline (no load)", "start": base_start, "end": base_end},
+                                              *phases] if row["start"] <= at <= row["end"] + 0.05),
+                     "outside the phases (start-up, gaps, shut-down)")
+        print(f"stall in {where}: {line}")
 
     if layout == "spark":
         total = opts.tasks * opts.ids_per_task

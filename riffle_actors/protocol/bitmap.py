@@ -59,6 +59,7 @@ __all__ = [
     "TaskIdFilter",
     "deserialize_block_ids",
     "id_array",
+    "release_steps",
     "serialize_block_ids",
     "union_serialize_steps",
 ]
@@ -732,6 +733,28 @@ def _id_chunks(ids: BlockIdSet) -> Iterator[array]:
         start = chunk[-1] + 1
 
 
+def release_steps(sets: dict[int, BlockIdSet]) -> Generator[None, None, None]:
+    """Empty ``sets`` (popping its entries) in steps of at most ``STEP_IDS`` containers freed.
+
+    Dropping a set frees all its containers in one C call: one 2M-id partition of one-id buckets
+    took ~0.2 s, the 200k partitions of 10 ids of the tiny-partitions layout ~0.8 s for the dict.
+    A set of many containers is emptied chunk by chunk (``remove_range`` of each chunk's span).
+    """
+    work = 0
+    while sets:
+        _, ids = sets.popitem()
+        if ids._containers > STEP_IDS:
+            bitmap = ids._bitmap
+            for chunk in _id_chunks(ids):
+                bitmap.remove_range(chunk[0], chunk[-1] + 1)
+                yield
+        work += min(ids._containers, STEP_IDS) + 16
+        del ids
+        if work >= STEP_IDS:
+            work = 0
+            yield
+
+
 def union_serialize_steps(sets: Sequence[BlockIdSet]) -> Generator[None, None, bytes]:
     """LEGACY bytes of the union of ``sets`` (equal to ``serialize()`` of the union), in steps.
 
@@ -748,7 +771,10 @@ def union_serialize_steps(sets: Sequence[BlockIdSet]) -> Generator[None, None, b
     container), and ``_LegacyWriter`` encodes the chunks column-wise.
 
     The inputs are never modified, but they are read when their step comes: an id a set held
-    when the call started is in the result; one added to it meanwhile may be too.
+    when the call started is in the result; one added to it meanwhile may be too. The union of
+    several sets is emptied chunk by chunk as it is encoded (``remove_range`` of each chunk's
+    span): dropping it whole would free every container in one call (2M one-id containers, the
+    tiny-partitions layout: ~0.8 s).
     """
     if len(sets) == 1:
         source = sets[0]
@@ -775,9 +801,12 @@ def union_serialize_steps(sets: Sequence[BlockIdSet]) -> Generator[None, None, b
                 yield
         union.update(pending)
         source = BlockIdSet._wrap(union, containers)
+    own = source is not sets[0] if sets else False
     writer = _LegacyWriter()
     for chunk in _id_chunks(source):
         yield
         writer.feed(chunk)
+        if own:  # the union is emptied as it is written: freeing it whole is one C call per container
+            source._bitmap.remove_range(chunk[0], chunk[-1] + 1)
     yield  # joining the bytes (~10 ms for 44 MB) is a step of its own
     return writer.finish()
