@@ -16,14 +16,13 @@ from pathlib import Path
 
 import grpc
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from riffle_actors.config import ConfigError, load_config
 from riffle_actors.coordinator.config import load_coordinator_config
 from riffle_actors.protocol.proto import uniffle_pb2 as pb
 from riffle_actors.protocol.proto import uniffle_pb2_grpc as pb_grpc
 from tests.ctl.cluster import REPO, RealCluster, http_json, send_blocks
-from tests.helpers import wait_for
+from tests.helpers import parse_metrics, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -33,12 +32,7 @@ DASHBOARD = REPO / "deploy" / "grafana" / "riffle-dashboard.json"
 def scrape(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     """sample name -> [(labels, value)] of a /metrics page."""
     with urllib.request.urlopen(url, timeout=10) as r:
-        text = r.read().decode()
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out.setdefault(s.name, []).append((s.labels, s.value))
-    return out
+        return parse_metrics(r.read().decode())
 
 
 def value(samples: dict, name: str, **labels: str) -> float:

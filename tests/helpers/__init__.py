@@ -2,6 +2,7 @@
 
 - ``poll_until(pred, timeout)``: yield to the loop until ``pred()`` (sync or async) holds.
 - ``leftover_tasks()``: asyncio tasks still pending besides the current one (leak checks).
+- ``parse_metrics(text)``: a Prometheus text page as ``{sample name: [(labels, value)]}``.
 - ``server_invariants(server)``: the cleanup invariants of a ShuffleServer once its apps are gone
   (budget used/allocated/in-flight back to 0, no tickets, no app directory on any data path).
 
@@ -18,6 +19,18 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 Predicate = Callable[[], Any]
+Samples = dict[str, list[tuple[dict[str, str], float]]]
+
+
+def parse_metrics(text: str) -> Samples:
+    """sample name -> [(labels, value)] of a Prometheus text page (``/metrics``)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out.setdefault(s.name, []).append((s.labels, s.value))
+    return out
 
 
 async def poll_until(pred: Predicate, timeout: float = 10.0, *, interval: float = 0.005,

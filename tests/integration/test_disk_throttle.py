@@ -12,23 +12,14 @@ from __future__ import annotations
 import aiohttp
 import pytest
 from loguru import logger
-from prometheus_client.parser import text_string_to_metric_families
 
-from tests.helpers import poll_until
+from tests.helpers import parse_metrics, poll_until
 from tests.helpers.client import UniffleClient, assert_read_matches, make_blocks
 
 pytestmark = pytest.mark.integration
 
 APP = "application_1764547200000_0019_1764547200001"
 RATE = 1 << 20  # io_limiter capacity "1M": bytes per second, and the burst
-
-
-def _scrape(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out.setdefault(s.name, []).append((s.labels, s.value))
-    return out
 
 
 def _sum(m: dict, name: str, **labels: str) -> float:
@@ -43,7 +34,7 @@ async def _write_spill_read(srv, blocks) -> dict:
         async with aiohttp.ClientSession() as http:
             async def scrape() -> dict:
                 async with http.get(f"http://127.0.0.1:{srv.http_port}/metrics") as r:
-                    return _scrape(await r.text())
+                    return parse_metrics(await r.text())
 
             await client.register_shuffle(APP, 0, range(1))
             await client.send_blocks(APP, 0, blocks)

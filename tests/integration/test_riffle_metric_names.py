@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import aiohttp
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from riffle_actors.metrics import RIFFLE_METRIC_NAMES
-from tests.helpers import poll_until
+from tests.helpers import parse_metrics, poll_until
 from tests.helpers.client import UniffleClient, assert_read_matches, make_blocks
 
 pytestmark = pytest.mark.integration
@@ -102,14 +101,6 @@ NOT_HERE = {
 }
 
 
-def _scrape(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out.setdefault(s.name, []).append((s.labels, s.value))
-    return out
-
-
 def _one(samples: dict, name: str, **labels: str) -> float:
     values = [v for lab, v in samples[name] if all(lab.get(k) == w for k, w in labels.items())]
     assert len(values) == 1, (name, labels, samples.get(name))
@@ -140,7 +131,7 @@ async def test_a_live_server_serves_riffles_names(server_factory) -> None:
         async with aiohttp.ClientSession() as http:
             async def scrape() -> dict:
                 async with http.get(f"http://127.0.0.1:{srv.http_port}/metrics") as r:
-                    return _scrape(await r.text())
+                    return parse_metrics(await r.text())
 
             async def spill_done() -> bool:  # so that partition 0 is read back from disk
                 m = await scrape()
