@@ -263,7 +263,8 @@ def test_app_queries_and_the_servers_app_routes(rc: RealCluster) -> None:
         assert pbg.ShuffleServerStub(channel).unregisterShuffleByAppId(
             pb.ShuffleUnregisterByAppIdRequest(appId=app)).status == 0
     wait_for(lambda: http_json(base + "/apps/number") == 0, 30, "the app purged")
-    assert app in {h["app_id"] for h in http_json(base + "/apps/history")}
+    # the purge's history entry is written when the purge ends, just after the app left the directory
+    wait_for(lambda: app in {h["app_id"] for h in http_json(base + "/apps/history")}, 30, "the app in the history")
 
 
 def test_admin_routes_in_riffles_form(rc: RealCluster) -> None:
