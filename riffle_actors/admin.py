@@ -13,8 +13,8 @@ composition root. It owns:
   override told to the SpillDispatcher, the spills moved away and the Disk actor's counters
   (``disk_report`` is the pure part);
 - **the metrics snapshot**: ``refresh_snapshot()`` fills ``Metrics.snapshot`` (memory, tickets,
-  apps, spill queue, disks, mailboxes, health) for the pull collectors; ``run_refresh_loop`` keeps
-  it fresh for the heartbeat, on the injected clock;
+  apps, spill queue, disks, mailboxes, health) for the pull collectors; ``refresh_for_heartbeat`` is the
+  HeartbeatActor's refresh before each round (a failure marks the server unhealthy);
 - **the heartbeat snapshot**: ``heartbeat_snapshot()`` maps the budget (read directly) and the last
   refreshed snapshot to the typed ``HeartbeatSnapshot`` the ``HeartbeatActor`` sends;
 - **operator reads and actions**: ``apps()``, ``history()``, ``actor_statistics()``,
@@ -222,15 +222,13 @@ class AdminService:
         await self.refresh_snapshot()
         return await self.metrics.render_off_loop()
 
-    async def run_refresh_loop(self, interval_s: float) -> None:
-        """Keep the snapshot the heartbeat reads fresh (health, disks, spill queue); runs until cancelled."""
-        while True:
-            try:
-                await self.refresh_snapshot()
-            except Exception as e:  # noqa: BLE001 - reported as unhealthy, never fatal
-                self.metrics.snapshot.healthy = False
-                logger.warning("could not refresh server state: {!r}", e)
-            await self.clock.sleep(interval_s)
+    async def refresh_for_heartbeat(self) -> None:
+        """The heartbeat's refresh: a failure marks the server unhealthy (reported), never raises."""
+        try:
+            await self.refresh_snapshot()
+        except Exception as e:  # noqa: BLE001 - reported as unhealthy, never fatal
+            self.metrics.snapshot.healthy = False
+            logger.warning("could not refresh server state: {!r}", e)
 
     def heartbeat_snapshot(self) -> HeartbeatSnapshot:
         """What the HeartbeatActor sends: the budget (read directly) and the last refreshed snapshot."""

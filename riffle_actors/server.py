@@ -258,7 +258,6 @@ class ShuffleServer:
         self.escalated: BaseException | None = None
         self._grpc = None
         self._http = None
-        self._refresher: asyncio.Task | None = None
         self._pusher_task: asyncio.Task | None = None
         self._stopped = False
         self.app_manager = None
@@ -318,6 +317,7 @@ class ShuffleServer:
             removed = await asyncio.get_running_loop().run_in_executor(
                 None, _purge_data_paths, list(cfg.localfile_store.data_paths))
             logger.info("launch_purge_enable: removed {} entries under the data paths", removed)
+        self.metrics.loop_lag.busy = self.directory.__len__  # fine-grained only while apps are held
         self.metrics.loop_lag.start()
         await system.start()
         # every permanent actor gets the state that must outlive its crashes from here (see each one)
@@ -515,11 +515,9 @@ class ShuffleServer:
             return
         interval = float(self.cfg.heartbeat_interval_seconds)
         await admin.refresh_snapshot()
-        refresh_s = max(1.0, interval / 2)
-        self._refresher = asyncio.get_running_loop().create_task(admin.run_refresh_loop(refresh_s))
         self.heartbeat = await self.system.start_child(None, ChildSpec("heartbeat", lambda: HeartbeatActor(
             self.cfg.coordinator_quorum, interval, self._heartbeat_snapshot, clock=self.clock,
-            connect=GrpcCoordinatorLink)))
+            connect=GrpcCoordinatorLink, refresh=admin.refresh_for_heartbeat)))
 
     def _heartbeat_snapshot(self) -> HeartbeatSnapshot:
         snapshot = self.admin.heartbeat_snapshot()
@@ -550,9 +548,6 @@ class ShuffleServer:
         if self.lifecycle is not None:
             self.lifecycle.close()
         await self._announce_stop()
-        if self._refresher is not None:
-            self._refresher.cancel()
-            self._refresher = None
         if self._pusher_task is not None:  # [metrics] push_gateway_endpoint
             self._pusher_task.cancel()
             self._pusher_task = None

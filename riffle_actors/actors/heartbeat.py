@@ -6,7 +6,10 @@ cluster (spec §7.1). Every ``interval_s`` on the injected clock (the first one 
 start, so a new server is assignable at once) the actor calls ``snapshot()`` and sends the
 result to EVERY coordinator of the quorum, concurrently, each through its own
 ``CoordinatorLink`` (opened by ``connect(target)`` when the actor starts, closed when it stops),
-with a deadline of ``interval_s``.
+with a deadline of ``interval_s``. When the server passes a ``refresh`` coroutine function, each
+periodic round awaits it first (bounded by half the interval), so the figures are read from the
+actors at the moment they are sent and an idle server wakes once per period, not twice. A refresh
+that fails or overruns is logged (rate-limited) and the round goes out with the last figures.
 
 A coordinator that is down or slow only costs a rate-limited warning (one per coordinator per
 minute, with the count of failures swallowed meanwhile) and is retried on the next tick; the
@@ -38,7 +41,7 @@ figures (``riffle_actors.admin.AdminService.heartbeat_snapshot``) or the coordin
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -177,12 +180,14 @@ class HeartbeatActor(Actor):
         *,
         connect: Callable[[str], CoordinatorLink],
         warn_every_s: float = 60.0,
+        refresh: Callable[[], Awaitable[None]] | None = None,
     ):
         """``connect(target)`` opens the link to one coordinator (``GrpcCoordinatorLink`` in the server)."""
         self.quorum = list(dict.fromkeys(quorum))
         self.interval_s = interval_s
         self.snapshot = snapshot
         self.connect = connect
+        self.refresh = refresh
         self.clock: Clock = clock if clock is not None else SystemClock()
         self._warn = RateLimitedLog(warn_every_s, monotonic=self.clock.monotonic)
         self._links: dict[str, CoordinatorLink] = {}
@@ -221,8 +226,20 @@ class HeartbeatActor(Actor):
     async def _loop(self) -> None:
         while True:
             next_at = self.clock.monotonic() + self.interval_s
+            await self._refresh()
             await self._round()
             await self.clock.sleep(max(0.0, next_at - self.clock.monotonic()))
+
+    async def _refresh(self) -> None:
+        if self.refresh is None:
+            return
+        try:
+            await asyncio.wait_for(self.refresh(), timeout=self.interval_s / 2)
+        except Exception as e:  # noqa: BLE001 - the round still goes out, with the last figures
+            log_now, suppressed = self._warn.should_log("refresh")
+            if log_now:
+                more = f" ({suppressed} more since the last warning)" if suppressed else ""
+                logger.warning("could not refresh the heartbeat's figures: {!r}{}", e, more)
 
     async def _announce(self, timeout_s: float) -> dict[str, bool]:
         if not self._links:

@@ -2,8 +2,10 @@
 
 This module owns the protobuf side of the server's membership in the cluster (spec §7.1): building
 one ``ShuffleServerHeartBeatRequest`` from a typed ``HeartbeatSnapshot`` (``encode_heartbeat``)
-and sending it over one long-lived grpc.aio channel per coordinator (``GrpcCoordinatorLink``,
-the ``CoordinatorLink`` the ``HeartbeatActor`` is given). The fields:
+and sending it over one long-lived HTTP/2 connection per coordinator (``GrpcCoordinatorLink``, the
+``CoordinatorLink`` the ``HeartbeatActor`` is given; the calls are plain gRPC, made by
+``riffle_actors.transport.grpc_unary`` on the event loop instead of grpc.aio's threads, which cost an
+idle server most of its CPU). The fields:
 
 | request field | from the snapshot |
 |---|---|
@@ -27,11 +29,11 @@ coordinator side (``riffle_actors.transport.coordinator_grpc``).
 
 from __future__ import annotations
 
-import grpc
-
 from riffle_actors.actors.heartbeat import HeartbeatAck, HeartbeatSnapshot
 from riffle_actors.protocol.proto import uniffle_pb2 as pb
-from riffle_actors.protocol.proto import uniffle_pb2_grpc as pb_grpc
+from riffle_actors.transport.grpc_unary import UnaryCallError, UnaryChannel
+
+HEARTBEAT_PATH = "/rss.common.CoordinatorServer/heartbeat"
 
 _DISK_STATUSES = ("NORMAL", "UNHEALTHY", "OVERUSED")
 
@@ -80,22 +82,24 @@ def encode_heartbeat(s: HeartbeatSnapshot) -> pb.ShuffleServerHeartBeatRequest:
 
 
 class GrpcCoordinatorLink:
-    """One coordinator over one grpc.aio channel (opened at construction, closed by ``close()``)."""
+    """One coordinator over one HTTP/2 connection (opened at the first heartbeat, closed by ``close()``)."""
 
     def __init__(self, target: str):
         self.target = target
-        self._channel = grpc.aio.insecure_channel(target)
-        self._stub = pb_grpc.CoordinatorServerStub(self._channel)
+        self._channel = UnaryChannel(target)
 
     async def send_heartbeat(self, snapshot: HeartbeatSnapshot, timeout_s: float) -> HeartbeatAck:
-        request = encode_heartbeat(snapshot)
+        request = encode_heartbeat(snapshot).SerializeToString()
         try:
-            resp = await self._stub.heartbeat(request, timeout=timeout_s)
-        except grpc.aio.AioRpcError as e:
-            return HeartbeatAck(ok=False, problem=f"{e.code().name}: {e.details()}")
+            answer = await self._channel.call(HEARTBEAT_PATH, request, timeout_s)
+            resp = pb.ShuffleServerHeartBeatResponse.FromString(answer)
+        except UnaryCallError as e:
+            return HeartbeatAck(ok=False, problem=f"{e.code}: {e.details}")
+        except Exception as e:  # noqa: BLE001 - a malformed answer (protobuf DecodeError) is a failed heartbeat
+            return HeartbeatAck(ok=False, problem=f"malformed answer: {e!r}")
         if resp.status == pb.SUCCESS:
             return HeartbeatAck(ok=True)
         return HeartbeatAck(ok=False, problem=f"status {pb.StatusCode.Name(resp.status)}: {resp.retMsg}")
 
     async def close(self) -> None:
-        await self._channel.close(grace=None)
+        await self._channel.close()

@@ -147,6 +147,7 @@ class UrpcServer:
         self.replies = replies if replies is not None else ReplyBudget(1 << 30, 10.0)
         self._tick_s = max(0.05, min(MAX_TICK_S, idle_timeout_s / 4, frame_timeout_s / 4, sendfile_stall_s / 4))
         self._ticker: asyncio.Task | None = None
+        self._connected = asyncio.Event()  # the ticker sleeps on it while there is no connection (idle is free)
         self.closed_by: dict[str, int] = {}  # connections this server closed, by reason (tests, /metrics)
         self.sendfile_replies = 0  # replies sent with sendfile / read into memory (for tests and benchmarks)
         self.copied_replies = 0
@@ -167,8 +168,12 @@ class UrpcServer:
         return self.port
 
     async def _tick_loop(self) -> None:
-        """Every tick: each connection's timeouts (partial frame, idle, write stall) and reply accounting."""
+        """Every tick: each connection's timeouts (partial frame, idle, write stall) and reply accounting.
+        Without connections it waits for the next one instead of ticking."""
         while True:
+            if not self.connections:
+                self._connected.clear()
+                await self._connected.wait()
             await asyncio.sleep(self._tick_s)
             now = time.monotonic()
             for conn in list(self.connections):
@@ -285,6 +290,7 @@ class UrpcConnection(asyncio.BufferedProtocol):
             transport.abort()
             return
         srv.connections.add(self)
+        srv._connected.set()
         transport.set_write_buffer_limits(high=min(WRITE_HIGH_WATER_BYTES, srv.max_reply_bytes_per_connection))
 
     def connection_lost(self, exc) -> None:

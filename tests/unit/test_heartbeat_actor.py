@@ -174,3 +174,31 @@ async def test_a_deadline_longer_than_the_interval_is_cut_to_the_interval(system
     await poll_until(lambda: links.get("c:1") and links["c:1"].sent)
     assert await ref.ask(AnnounceStopping(timeout_s=60)) == {"c:1": True}
     assert links["c:1"].sent[-1][1] == 10.0
+
+
+async def test_each_periodic_round_refreshes_the_figures_first_and_a_failed_refresh_still_sends(system, clock):
+    """One wake-up per period: the figures are refreshed right before the round that sends them."""
+    links: dict[str, FakeLink] = {}
+    order: list[str] = []
+    fail = [False]
+    used = [0]
+
+    async def refresh() -> None:
+        order.append("refresh")
+        if fail[0]:
+            raise RuntimeError("memory actor restarting")
+        used[0] += 1
+
+    def snapshot() -> HeartbeatSnapshot:
+        order.append("snapshot")
+        return HeartbeatSnapshot(ip="10.0.0.7", grpc_port=19999, used_memory=used[0])
+
+    await system.spawn(make_actor(clock, links, {}, ["c:1"], snapshot=snapshot, refresh=refresh))
+    await poll_until(lambda: len(links) == 1 and len(links["c:1"].sent) == 1)
+    await sleeping(clock)
+    assert order == ["refresh", "snapshot"] and links["c:1"].sent[0][0].used_memory == 1
+    fail[0] = True
+    clock.advance(10.0)
+    await poll_until(lambda: len(links["c:1"].sent) == 2)
+    assert order[2:] == ["refresh", "snapshot"]
+    assert links["c:1"].sent[1][0].used_memory == 1  # the last figures went out

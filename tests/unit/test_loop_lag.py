@@ -73,3 +73,28 @@ def test_the_gauge_is_exported_and_each_scrape_starts_a_new_window() -> None:
     assert lag_gauge(metrics) == 0.0
     metrics.loop_lag.stop()
     assert lag_gauge(Metrics()) == 0.0  # never started
+
+
+def test_an_idle_server_wakes_once_a_second_for_it_and_a_busy_one_every_period() -> None:
+    """Idle is free: without apps (after the linger), the timer runs at ``idle_period_s``."""
+    loop = FakeLoop()
+    busy = [True]
+    monitor = LoopLagMonitor(period_s=0.01, idle_period_s=1.0, linger_s=5.0, busy=lambda: busy[0])
+    monitor.start(loop)  # type: ignore[arg-type]
+    assert loop.timer is not None and loop.timer[0] == pytest.approx(100.01)
+    busy[0] = False
+    loop.fire(0.0)
+    assert loop.timer[0] == pytest.approx(loop.now + 0.01)  # lingering: the last app may still be purging
+    while loop.now < 105.0:
+        loop.fire(0.0)
+    ticks = monitor.ticks
+    loop.fire(0.0)
+    assert loop.timer[0] == pytest.approx(loop.now + 1.0)  # idle: once a second
+    for _ in range(10):
+        loop.fire(0.0)
+    assert monitor.ticks == ticks + 11
+    loop.fire(0.3)  # a late idle tick is still measured against its due time
+    assert monitor.take_max() == pytest.approx(0.3)
+    busy[0] = True  # an app registered: the next timer is a period away again
+    loop.fire(0.0)
+    assert loop.timer[0] == pytest.approx(loop.now + 0.01)
