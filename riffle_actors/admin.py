@@ -255,7 +255,8 @@ class AdminService:
             is_healthy=snap.healthy and self.escalated() is None, disks=disks,
             start_time_ms=ident.start_time_ms,
             # the apps this server holds (those rebuilt by a restart's recovery included)
-            apps=tuple(AppSnapshot(app_id=app_id) for app_id in self.directory))
+            apps=tuple(AppSnapshot(app_id=app_id) for app_id in self.directory),
+            integrity=self.integrity.totals() if self.integrity is not None else ())
 
     # ------------------------------------------------------------- operator reads and actions
     async def apps(self) -> list[dict[str, Any]]:

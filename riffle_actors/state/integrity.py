@@ -65,6 +65,7 @@ class IntegrityLedger:
         # partition -> disk -> corrupt blocks sorted by offset
         self._corrupt: dict[PartitionKey, dict[str, list[CorruptBlock]]] = {}
         self._whole: set[tuple[PartitionKey, str]] = set()  # over max_corrupt: every read refused
+        self.total = AppIntegrity()  # the server's totals (apps forgotten or purged included)
 
     def _app(self, app_id: str) -> AppIntegrity:
         a = self._apps.get(app_id)
@@ -94,6 +95,7 @@ class IntegrityLedger:
             if len(a.pending) < self.max_pending:
                 a.pending.add(bid)
         a.refused_blocks += n
+        self.total.refused_blocks += n
         return n
 
     def on_accepted(self, app_id: str, block_ids: Iterable[int]) -> int:
@@ -107,6 +109,7 @@ class IntegrityLedger:
                 a.pending.discard(bid)
                 n += 1
         a.repaired_blocks += n
+        self.total.repaired_blocks += n
         return n
 
     # ------------------------------------------------------------- at rest
@@ -130,6 +133,7 @@ class IntegrityLedger:
         known.extend(new[:max(0, room)])
         known.sort()
         self._app(app_id).corrupt_blocks += len(new)
+        self.total.corrupt_blocks += len(new)
         return len(new)
 
     def corrupt_in(self, app_id: str, shuffle_id: int, partition_id: int, disk: str, offset: int,
@@ -156,6 +160,7 @@ class IntegrityLedger:
 
     def on_read_refused(self, app_id: str) -> None:
         self._app(app_id).corrupt_reads_refused += 1
+        self.total.corrupt_reads_refused += 1
 
     def forget_files(self, app_id: str, shuffle_id: int | None, disk: str) -> None:
         """A purge deleted the app's (shuffle's) files on ``disk``: their findings go with them (an id
@@ -166,6 +171,12 @@ class IntegrityLedger:
             self._whole.discard((key, disk))
             if not per_disk:
                 del self._corrupt[key]
+
+    def totals(self) -> tuple[tuple[str, int], ...]:
+        """The server's totals as (name, count) pairs (the heartbeat's displayMetrics)."""
+        t = self.total
+        return (("corrupt_blocks", t.corrupt_blocks), ("corrupt_reads_refused", t.corrupt_reads_refused),
+                ("refused_blocks", t.refused_blocks), ("repaired_blocks", t.repaired_blocks))
 
     def corrupt_partitions(self) -> dict[PartitionKey, dict[str, list[CorruptBlock]]]:
         """Every partition with known corrupt blocks (a read-only view for operators)."""

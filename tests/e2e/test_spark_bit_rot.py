@@ -1,7 +1,7 @@
 """A real Spark job reads the other replica when one replica's spilled data files rot on disk.
 
 One coordinator and three riffle-server daemons of this test's own (each block spilled to disk at once:
-``memory_single_buffer_max_spill_size = 32K``; a scrubber pass every half second). The driver
+``memory_single_buffer_max_spill_size = 1K``; a scrubber pass every half second). The driver
 (tests/e2e/restart_job.py) collects a reduceByKey over a mapped RDD with ``spark.rss.data.replica=2``
 (write 2, read 1), then pauses. Meanwhile one byte of every data file of one server is flipped behind its
 back, and the test waits until that server's scrubber has found every one of them (its metric). The
@@ -52,7 +52,7 @@ def _cluster(root: Path) -> Cluster:
             text = _server_toml(s, cluster.quorum, data)
             text = text.replace("[localfile_store]\n", "[localfile_store]\nscrub_rate = \"1G\"\n"
                                                        "scrub_interval_sec = 0.5\n", 1)
-            text = text.replace("[hybrid_store]\n", "[hybrid_store]\nmemory_single_buffer_max_spill_size = \"32K\"\n", 1)
+            text = text.replace("[hybrid_store]\n", "[hybrid_store]\nmemory_single_buffer_max_spill_size = \"1K\"\n", 1)
             s.config.write_text(text)
             cluster.servers.append(s)
             s.start()
@@ -105,8 +105,13 @@ def test_a_rotten_replica_is_refused_and_the_job_reads_the_other_one(tmp_path: P
         first = _wait_phase(rss, out, log, "phase1", 400)
         assert first["rows"] > 0 and first["map_records"] > 0
 
-        # rot every data file of the server holding the most of them; the others keep their replicas intact
-        victim = max(cluster.servers, key=lambda s: len(list((s.workdir / "d1").rglob("partition-*.data"))))
+        # rot every data file of one server holding replicas; the other replicas stay intact
+        def files(s) -> int:
+            return len(list((s.workdir / "d1").rglob("partition-*.data")))
+        holders = _wait(lambda: [s for s in cluster.servers if files(s)] if sum(
+            1 for s in cluster.servers if files(s)) >= 2 else None, 60,
+            "two servers holding spilled replicas: " + ", ".join(f"{s.name} {files(s)}" for s in cluster.servers))
+        victim = max(holders, key=files)
         flipped = _flip_every_data_file(victim.workdir / "d1")
         assert flipped > 0, "nothing was spilled to the victim's disk"
         _wait(lambda: _metric(http_get(victim.http + "/metrics"), "riffle_scrub_corrupt_blocks_total") >= flipped,

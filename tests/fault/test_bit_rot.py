@@ -111,7 +111,7 @@ async def test_the_scrubber_reads_through_the_disk_throttle(server_factory) -> N
                                   hybrid_store=SPILL_EACH)
     async with UniffleClient(f"127.0.0.1:{server.grpc_port}") as client:
         await write(client, [0])
-        entries, path = await spilled(server, client, 0, 6)
+        _entries, path = await spilled(server, client, 0, 6)
         size = path.stat().st_size
         # no client read of the data file: every data byte charged for reads is the scrubber's
         await poll_until(lambda: metric(server, "riffle_scrub_bytes_total") >= size, timeout=30)

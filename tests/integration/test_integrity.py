@@ -81,7 +81,7 @@ async def test_a_send_with_a_corrupt_block_is_refused_whole_and_its_resend_count
 
 
 async def test_a_crc_outside_32_bits_is_refused(wired) -> None:
-    server, client = wired
+    _server, client = wired
     await client.register_shuffle(APP, 0, [0])
     (b,) = make_blocks(0, 1, 1, 100)
     resp = await send_once(client, [b._replace(crc=b.crc | (1 << 40))])

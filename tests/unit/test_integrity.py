@@ -136,3 +136,27 @@ def test_list_partitions_walks_only_real_files(tmp_path: Path) -> None:
     (root / "notanapp!").mkdir()
     assert list_partitions(str(root)) == [("app_1", 3, 0), ("app_1", 3, 12)]
     assert list_partitions(str(tmp_path / "missing")) == []
+
+
+def test_the_heartbeat_carries_the_integrity_totals_to_the_coordinator_listing() -> None:
+    from riffle_actors.actors.heartbeat import HeartbeatSnapshot
+    from riffle_actors.coordinator.cluster import ServerStatus, ServerView
+    from riffle_actors.ctl.tables import INSTANCE_COLUMNS
+    from riffle_actors.transport.coordinator_client import encode_heartbeat
+    from riffle_actors.transport.coordinator_grpc import decode_heartbeat
+    from riffle_actors.transport.coordinator_http import server_to_dict
+
+    led = IntegrityLedger()
+    led.on_refused("a", [1, 2])
+    led.on_accepted("a", [1])
+    led.on_scrubbed("a", 0, 0, "d", [CorruptBlock(0, 1, 5, 1, 2)])
+    req = encode_heartbeat(HeartbeatSnapshot(ip="127.0.0.1", grpc_port=1, integrity=led.totals()))
+    req.displayMetrics["repaired_blocks_x"] = "7"  # unknown entries are ignored
+    req.displayMetrics["corrupt_reads_refused"] = "-3"  # and values that are not counts
+    hb = decode_heartbeat(req)
+    assert dict(hb.integrity) == {"corrupt_blocks": 1, "refused_blocks": 2, "repaired_blocks": 1}
+    row = server_to_dict(ServerView(node=hb, status=ServerStatus.ACTIVE, operator_status=None, excluded=False,
+                                    registered_epoch_ms=0, last_heartbeat_epoch_ms=0, assigned_partitions=0,
+                                    total_assigned_partitions=0))
+    assert (row["corrupt_blocks"], row["repaired_blocks"], row["corrupt_reads_refused"]) == (1, 1, 0)
+    assert INSTANCE_COLUMNS["corrupt_blocks"][1](row) == 1 and INSTANCE_COLUMNS["repaired_blocks"][1](row) == 1
