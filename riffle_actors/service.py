@@ -14,6 +14,13 @@ INVALID_REQUEST naming the field before any actor sees the request. The lists a 
 (partition ids of a read or a requireBuffer) are bounded by ``[app_config] partition_number_max_limit``
 before they are walked. ``storageId`` must name one of this server's disks (or be -1, "not sent").
 
+Integrity (docs/faults.md "Integrity"): with ``[app_config] block_crc_check_enable`` every block of a
+send is checked against its ``crc`` (``riffle_actors.protocol.crc``; on a thread above 8 MiB) before
+its ticket is taken; a mismatch refuses the whole send (``BlockCorruptError``, INTERNAL_ERROR naming
+the block, which the client resends) and gives the ticket back. A local read of a range holding a
+block a scrubber found corrupt is refused the same way (the client reads another replica). Both are
+counted in the ``IntegrityLedger`` (per app) and the metrics.
+
 It owns no state: the actors do. It holds their refs and the read-only ``AppDirectory``.
 
 See also: ``riffle_actors.transport.grpc_server`` (the gRPC adapter), ``riffle_actors.server``.

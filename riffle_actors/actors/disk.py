@@ -44,6 +44,11 @@ read its size after it; the wait is slept on the disk's own thread, inside the q
 event loop never waits and jobs keep their order, and (as under Riffle's TimeoutLayer) the wait
 counts towards ``disk_io_timeout_sec``.
 
+**Scrubber** (``[localfile_store] scrub_rate``): the first incarnation starts the disk's scrubber task
+(``riffle_actors.actors.scrub``), kept in the ``DiskResources`` so a restart does not start another;
+it re-reads the data files on the reader pool at a bounded rate and records corrupt blocks in the
+server's ``IntegrityLedger``. A ``PurgeFiles`` forgets the purged files' findings there.
+
 Its messages, replies and errors live in ``riffle_actors.actors.storage_messages``.
 
 See also: ``riffle_actors.io.localfile`` (the blocking operations), ``riffle_actors.actors.spill``,
