@@ -53,6 +53,7 @@ from riffle_actors.reports import DiskReport, HealthReport, MemoryReport
 from riffle_actors.runtime import ActorRef, ActorSystem, Clock, MailboxStatistics
 from riffle_actors.state.budget import MemoryBudget
 from riffle_actors.state.disk_health import DiskHealth, DiskHealthBoard, DiskStatus, HealthPolicy
+from riffle_actors.state.integrity import IntegrityLedger
 
 #: How long a Disk actor may take to report its counters before ``/health`` calls it stuck.
 DISK_INFO_TIMEOUT_S = 5.0
@@ -151,7 +152,9 @@ class AdminService:
                  directory: AppDirectory, memory: ActorRef, spill: ActorRef, app_manager: ActorRef,
                  disk_monitor: ActorRef, disks: Sequence[tuple[str, ActorRef]], disk_health: DiskHealthBoard,
                  rules: HealthRules, escalated: Callable[[], BaseException | None],
-                 hdfs_app_fallbacks: Callable[[str], int] | None = None):
+                 hdfs_app_fallbacks: Callable[[str], int] | None = None,
+                 integrity: IntegrityLedger | None = None):
+        self.integrity = integrity  # read-only here: per-app corrupt / refused / repaired block counts
         self.hdfs_app_fallbacks = hdfs_app_fallbacks  # app -> spills sent local after HDFS failed (HDFS tier)
         self.clock = clock
         self.metrics = metrics
@@ -250,7 +253,8 @@ class AdminService:
             is_healthy=snap.healthy and self.escalated() is None, disks=disks,
             start_time_ms=ident.start_time_ms,
             # the apps this server holds (those rebuilt by a restart's recovery included)
-            apps=tuple(AppSnapshot(app_id=app_id) for app_id in self.directory))
+            apps=tuple(AppSnapshot(app_id=app_id) for app_id in self.directory),
+            integrity=self.integrity.totals() if self.integrity is not None else ())
 
     # ------------------------------------------------------------- operator reads and actions
     async def apps(self) -> list[dict[str, Any]]:
@@ -265,9 +269,19 @@ class AdminService:
                  **({"hdfs_fallbacks": self.hdfs_app_fallbacks(i.app_id)} if self.hdfs_app_fallbacks else {}),
                  "received_bytes": i.received_bytes,
                  "recovered": i.recovered, "lost_blocks": i.lost_blocks,
+                 **self._integrity_fields(i.app_id),
                  **riffle_app_fields(i, now_ms),
                  "shuffles": {sid: {f: getattr(sh, f) for f in sh.__dataclass_fields__}
                               for sid, sh in i.shuffles.items()}} for i in infos]
+
+    def _integrity_fields(self, app_id: str) -> dict[str, int]:
+        """``corrupt_blocks`` (found on disk by a scrubber), ``corrupt_reads_refused``, ``refused_blocks``
+        (refused at ingest for a crc mismatch) and ``repaired_blocks`` (of those, resent intact)."""
+        a = self.integrity.app(app_id) if self.integrity is not None else None
+        if a is None:
+            return {"corrupt_blocks": 0, "corrupt_reads_refused": 0, "refused_blocks": 0, "repaired_blocks": 0}
+        return {"corrupt_blocks": a.corrupt_blocks, "corrupt_reads_refused": a.corrupt_reads_refused,
+                "refused_blocks": a.refused_blocks, "repaired_blocks": a.repaired_blocks}
 
     def app_count(self) -> int:
         """Riffle's ``/apps/number``."""

@@ -410,6 +410,11 @@ class LocalfileStoreConfig(StrictModel):
                                      inert=False))
     io_limiter: IoLimiterConfig | None = Field(
         None, description="Riffle's disk throughput limit per disk (disk throttle; unset = not limited)")
+    scrub_rate: ByteSize = Field(
+        "8M", ge=0, description="bytes per second each disk's scrubber re-reads of its spilled data files to "
+                                "check every block's CRC (charged to io_limiter too, when set); 0 = no scrubbing")
+    scrub_interval_sec: float = Field(
+        300.0, gt=0, description="pause between two scrub passes over a disk's data files")
     read_ahead_options: ReadAheadConfig | None = Field(
         None, description="Riffle's read-ahead of data files",
         json_schema_extra=riffle_key(RiffleKind.NOT_YET, "no read-ahead here (the page cache's own only)"))
@@ -600,6 +605,10 @@ class AppConfig(StrictModel):
     report_partition_block_id_number_max_limit: int = Field(
         200_000, ge=1, description="block ids one reportShuffleResult may carry for one partition; more is "
                                    "refused with INVALID_REQUEST, nothing added")
+    block_crc_check_enable: bool = Field(
+        True, description="check every block's CRC-32 against its bytes when it arrives (both transports, "
+                          "~0.1 s of CPU per GB); a send holding a mismatch is refused whole with INTERNAL_ERROR "
+                          "naming the block (the client resends it)")
 
     # Riffle's keys (docs/riffle-compat.md)
     block_id_manager_type: RiffleBlockIdManagerType = Field(

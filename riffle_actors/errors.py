@@ -99,6 +99,15 @@ class StorageError(RiffleError):
     status = StatusCode.INTERNAL_ERROR
 
 
+class BlockCorruptError(RiffleError):
+    """A block's bytes do not match its CRC: a send carrying one (nothing of the send is stored; the
+    client resends it, as it does every send answered other than SUCCESS or NO_REGISTER), or a read
+    of a range holding a block the scrubber found corrupt (the client reads another replica).
+    INTERNAL_ERROR: the code the Uniffle client retries; the message names the block."""
+
+    status = StatusCode.INTERNAL_ERROR
+
+
 def to_status(exc: BaseException) -> tuple[StatusCode, str]:
     """The single place where an exception becomes a ``(status, retMsg)`` pair."""
     if isinstance(exc, RiffleError):

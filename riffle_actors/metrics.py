@@ -419,6 +419,31 @@ class Metrics:
         self.held_reply_bytes = Gauge(
             "riffle_server_held_reply_bytes", "read reply bytes held over gRPC and urpc (being read, or sent and "
             "not yet taken by the client); bounded by max_reply_bytes", registry=r)
+        # integrity (docs/faults.md "Integrity"): the ingest CRC check, the scrubbers, refused reads
+        self.crc_refused_sends = Counter(
+            "riffle_server_crc_refused_sends", "sendShuffleData requests refused whole because a block's bytes did "
+            "not match its crc ([app_config] block_crc_check_enable)", registry=r)
+        self.crc_refused_blocks = Counter(
+            "riffle_server_crc_refused_blocks", "blocks of the sends refused for a crc mismatch (nothing stored)",
+            registry=r)
+        self.crc_repaired_blocks = Counter(
+            "riffle_server_crc_repaired_blocks", "blocks refused for a crc mismatch that the client then resent "
+            "intact (accepted)", registry=r)
+        self.crc_check_seconds = Counter(
+            "riffle_server_crc_check_seconds", "time spent checking the crc of received blocks", registry=r)
+        self.crc_checked_bytes = Counter(
+            "riffle_server_crc_checked_bytes", "block bytes whose crc was checked on arrival", registry=r)
+        self.corrupt_reads_refused = Counter(
+            "riffle_server_corrupt_reads_refused", "getLocalShuffleData requests refused because the range holds "
+            "a block the scrubber found corrupt", registry=r)
+        self.scrub_bytes = Counter("riffle_scrub_bytes", "data file bytes re-read and checked by the scrubber",
+                                   ["disk"], registry=r)
+        self.scrub_blocks = Counter("riffle_scrub_blocks", "blocks checked by the scrubber", ["disk"], registry=r)
+        self.scrub_corrupt_blocks = Counter(
+            "riffle_scrub_corrupt_blocks", "blocks the scrubber found corrupt (bytes do not match the index crc)",
+            ["disk"], registry=r)
+        self.scrub_passes = Counter("riffle_scrub_passes", "scrub passes completed over a disk's data files",
+                                    ["disk"], registry=r)
         self.snapshot = StateSnapshot()
         r.register(_StateCollector(self))
         self.loop_lag = LoopLagMonitor()  # started and stopped by the server, on its loop
@@ -450,6 +475,15 @@ class Metrics:
         self.recovery_partitions.set(partitions)
         self.recovery_lost_blocks.inc(lost_blocks)
         self.recovery_removed.inc(removed)
+
+    def on_scrub_checked(self, disk: str, nbytes: int, blocks: int, corrupt: int) -> None:
+        self.scrub_bytes.labels(disk).inc(nbytes)
+        self.scrub_blocks.labels(disk).inc(blocks)
+        if corrupt:
+            self.scrub_corrupt_blocks.labels(disk).inc(corrupt)
+
+    def on_scrub_pass(self, disk: str) -> None:
+        self.scrub_passes.labels(disk).inc()
 
     def on_tier_choice(self, tier: str, reason: str) -> None:
         self.spill_tier_choices.labels(tier, reason).inc()

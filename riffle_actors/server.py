@@ -59,6 +59,7 @@ from riffle_actors.actors.app_manager import (
 )
 from riffle_actors.actors.disk import DiskActor, DiskResources, DiskThrottle, RetryFailedPurges
 from riffle_actors.actors.disk_monitor import DiskMonitorActor
+from riffle_actors.actors.scrub import ScrubSettings
 from riffle_actors.actors.hdfs_writer import (
     AllowedRemoteStorages,
     HdfsResources,
@@ -104,6 +105,7 @@ from riffle_actors.service import ShuffleService
 from riffle_actors.state.app_state import AppLimits
 from riffle_actors.state.budget import MemoryBudget
 from riffle_actors.state.disk_health import DiskHealthBoard, HealthPolicy
+from riffle_actors.state.integrity import IntegrityLedger
 from riffle_actors.state.service_health import DiskUsage, ServiceHealthChecks
 from riffle_actors.state.tickets import TicketBook
 from riffle_actors.state.tier_policy import HdfsHealth, TierRules
@@ -276,6 +278,9 @@ class ShuffleServer:
         self._probe_fn = probe_fn
         self._probe_fleet_factory = probe_fleet_factory or ProbeFleet
         self._disk_resources: dict[str, DiskResources] = {}
+        # corrupt blocks per partition, per-app integrity counts (written on the loop by the service and
+        # the disks' scrubbers; read by /apps)
+        self.integrity = IntegrityLedger()
         self.meta_log: ShuffleMetaLog | None = None
         self.recovery: RecoveryReport | None = None
         hc = cfg.hdfs_store
@@ -352,7 +357,11 @@ class ShuffleServer:
             res = self._disk_resources[path] = DiskResources(
                 path, path, local_io=self._local_io_factory(path, path) if self._local_io_factory else real_io,
                 write_threads=ls.disk_write_threads, read_threads=ls.disk_read_threads,
-                io_timeout_s=ls.disk_io_timeout_sec, throttle=throttle)
+                io_timeout_s=ls.disk_io_timeout_sec, throttle=throttle, integrity=self.integrity,
+                scrub=ScrubSettings(ls.scrub_rate, ls.scrub_interval_sec) if ls.scrub_rate > 0 else None,
+                on_scrub_checked=self.metrics.on_scrub_checked, on_scrub_pass=self.metrics.on_scrub_pass)
+            for name in ("scrub_bytes", "scrub_blocks", "scrub_corrupt_blocks", "scrub_passes"):
+                getattr(self.metrics, name).labels(path)  # the series exist (at 0) from the start
             spec = ChildSpec(f"disk:{path}", lambda p=path, r=res: DiskActor(p, p, resources=r))
             self.disks.append((path, await system.start_child(storage, spec)))
         hs = cfg.hybrid_store
@@ -433,7 +442,8 @@ class ShuffleServer:
                                       disk_health=self.disk_health, max_read_length=cfg.grpc_max_message_size,
                                       hdfs=self.hdfs, remote_storages=(self.hdfs_resources.allowed
                                                                        if self.hdfs_resources is not None else None),
-                                      max_partitions=ac.partition_number_max_limit)
+                                      max_partitions=ac.partition_number_max_limit,
+                                      integrity=self.integrity, crc_check=ac.block_crc_check_enable)
         credentials = AdminCredentials.resolve(cfg.admin)
         self.lifecycle = Lifecycle(apps=self.directory, clock=self.clock,
                                    check_interval_s=cfg.decommission_check_interval_sec,
@@ -465,7 +475,8 @@ class ShuffleServer:
                                      memory_used=lambda: self.budget.used),
             escalated=lambda: self.escalated,
             hdfs_app_fallbacks=(self.hdfs_resources.app_fallbacks.__getitem__
-                                if self.hdfs_resources is not None else None))
+                                if self.hdfs_resources is not None else None),
+            integrity=self.integrity)
         if urpc_port is not None:
             uc = cfg.urpc_config
             self._urpc = UrpcServer(self.service, self.metrics, max_frame_bytes=cfg.grpc_max_message_size,

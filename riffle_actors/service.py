@@ -14,6 +14,13 @@ INVALID_REQUEST naming the field before any actor sees the request. The lists a 
 (partition ids of a read or a requireBuffer) are bounded by ``[app_config] partition_number_max_limit``
 before they are walked. ``storageId`` must name one of this server's disks (or be -1, "not sent").
 
+Integrity (docs/faults.md "Integrity"): with ``[app_config] block_crc_check_enable`` every block of a
+send is checked against its ``crc`` (``riffle_actors.protocol.crc``; on a thread above 8 MiB) before
+its ticket is taken; a mismatch refuses the whole send (``BlockCorruptError``, INTERNAL_ERROR naming
+the block, which the client resends) and gives the ticket back. A local read of a range holding a
+block a scrubber found corrupt is refused the same way (the client reads another replica). Both are
+counted in the ``IntegrityLedger`` (per app) and the metrics.
+
 It owns no state: the actors do. It holds their refs and the read-only ``AppDirectory``.
 
 See also: ``riffle_actors.transport.grpc_server`` (the gRPC adapter), ``riffle_actors.server``.
@@ -22,6 +29,7 @@ See also: ``riffle_actors.transport.grpc_server`` (the gRPC adapter), ``riffle_a
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterable, Sequence
 from typing import NoReturn
 
@@ -43,6 +51,7 @@ from riffle_actors.actors.hdfs_writer import AllowedRemoteStorages, RegisterRemo
 from riffle_actors.actors.memory import CommitTicket, RequireBuffer, TakeTicket
 from riffle_actors.actors.storage_messages import DiskIOError, ReadData, ReadIndex
 from riffle_actors.errors import (
+    BlockCorruptError,
     InternalError,
     InvalidRequestError,
     NoRegisterError,
@@ -54,11 +63,13 @@ from riffle_actors.metrics import Metrics
 from riffle_actors.protocol import ids
 from riffle_actors.protocol.bitmap import TaskIdFilter
 from riffle_actors.protocol.blockid import BlockIdLayout
+from riffle_actors.protocol.crc import BadBlock, find_bad_block
 from riffle_actors.protocol.errors import ProtocolError
 from riffle_actors.records import Block
 from riffle_actors.runtime import ActorDeadError, ActorRef
 from riffle_actors.state.buffer import BLOCK_OVERHEAD_BYTES
 from riffle_actors.state.disk_health import DiskHealthBoard
+from riffle_actors.state.integrity import IntegrityLedger
 
 
 def _check_ids(app_id: object, shuffle_id: object = 0, partition_ids: Iterable[object] = ()) -> None:
@@ -94,6 +105,10 @@ def _checked_reports(p2b: Iterable[tuple[int, Sequence[int]]]):
         yield pid, block_ids
 
 
+_CRC_ON_LOOP_BYTES = 8 << 20  # sends up to this size are checked on the loop (~1 ms with ISA-L), bigger ones
+# on a thread (the CRC releases the GIL): a 64 MB send would hold the loop ~7 ms, a loaded box more
+
+
 def _consume_exception(fut: asyncio.Future) -> None:
     """Mark a shielded task's failure as seen (its RPC may have been cancelled meanwhile)."""
     if not fut.cancelled():
@@ -105,7 +120,8 @@ class ShuffleService:
                  disks: Sequence[tuple[str, ActorRef]], metrics: Metrics,
                  huge_partition_limit_bytes: int | None = None, disk_health: DiskHealthBoard | None = None,
                  max_read_length: int = 64 << 20, hdfs: ActorRef | None = None,
-                 remote_storages: AllowedRemoteStorages | None = None, max_partitions: int = 1 << 20):
+                 remote_storages: AllowedRemoteStorages | None = None, max_partitions: int = 1 << 20,
+                 integrity: IntegrityLedger | None = None, crc_check: bool = True):
         self.hdfs = hdfs  # the HdfsWriter (store_type with HDFS): told each app's remote storage
         # hdfs_store.remote_storage: a registration naming another remote storage is refused
         self.remote_storages = remote_storages if remote_storages is not None else AllowedRemoteStorages()
@@ -120,6 +136,8 @@ class ShuffleService:
         self.disk_health = disk_health  # read-only here; written by the DiskMonitor
         self.max_read_length = max_read_length  # grpc_max_message_size: the largest local read served
         self.max_partitions = max_partitions  # [app_config] partition_number_max_limit
+        self.integrity = integrity if integrity is not None else IntegrityLedger()
+        self.crc_check = crc_check  # [app_config] block_crc_check_enable
 
     def _check_partition_list(self, what: str, partition_ids: Sequence[int]) -> None:
         if len(partition_ids) > self.max_partitions:
@@ -191,13 +209,50 @@ class ShuffleService:
         # what the client reserved for these blocks (spec §2.2); more than the ticket would let
         # memory grow past its capacity, so such a send is refused whatever the ticket says
         needed = sum(len(b.data) + BLOCK_OVERHEAD_BYTES for _, blocks in partitions for b in blocks)
+        if self.crc_check:
+            bad = await self._find_bad_block(partitions, needed)
+            if bad is not None:
+                await self._refuse_corrupt_send(app_id, ticket_id, partitions, bad)
         # shielded: a cancelled RPC (client deadline) must not strand a taken ticket's reservation
         inner = asyncio.ensure_future(self._take_ticket_and_append(app, app_id, shuffle_id, ticket_id, partitions,
                                                                    needed))
         inner.add_done_callback(_consume_exception)
         accepted = await asyncio.shield(inner)
         self.metrics.received_bytes.inc(sum(len(b.data) for _, blocks in partitions for b in blocks))
+        if self.integrity.has_pending(app_id):  # blocks refused earlier for a crc mismatch: resent?
+            repaired = self.integrity.on_accepted(app_id, (b.block_id for _, blocks in partitions for b in blocks))
+            if repaired:
+                self.metrics.crc_repaired_blocks.inc(repaired)
         return accepted
+
+    async def _find_bad_block(self, partitions, nbytes: int) -> BadBlock | None:
+        """``find_bad_block`` of a send: on the loop when small, on a thread when big (see
+        ``_CRC_ON_LOOP_BYTES``); the time it took and the bytes are counted."""
+        start = time.perf_counter()
+        if nbytes <= _CRC_ON_LOOP_BYTES:
+            bad = find_bad_block(partitions)
+        else:
+            bad = await asyncio.get_running_loop().run_in_executor(None, find_bad_block, partitions)
+        self.metrics.crc_check_seconds.inc(time.perf_counter() - start)
+        self.metrics.crc_checked_bytes.inc(sum(len(b.data) for _, blocks in partitions for b in blocks))
+        return bad
+
+    async def _refuse_corrupt_send(self, app_id: str, ticket_id: int, partitions, bad: BadBlock) -> NoReturn:
+        """Refuse the whole send (nothing of it is stored: the client resends the whole request), give its
+        ticket's reservation back, count it."""
+        block_ids = [b.block_id for _, blocks in partitions for b in blocks]
+        n = self.integrity.on_refused(app_id, block_ids)
+        self.metrics.crc_refused_sends.inc()
+        self.metrics.crc_refused_blocks.inc(n)
+        try:
+            size = await self.memory.ask(TakeTicket(ticket_id=ticket_id, app_id=app_id))
+            self.memory.tell_nowait(CommitTicket(app_id=app_id, ticket_size=size, used=0))
+        except RiffleError:
+            pass  # no such ticket (expired, or never issued): nothing to give back
+        raise BlockCorruptError(
+            f"block {bad.block_id} of partition {bad.partition_id}: its bytes have crc {bad.actual}, the request "
+            f"says {bad.expected}; the whole send ({len(block_ids)} blocks) was refused, nothing stored; resend it "
+            f"([app_config] block_crc_check_enable)")
 
     async def _take_ticket_and_append(self, app: ActorRef, app_id: str, shuffle_id: int, ticket_id: int,
                                       partitions: tuple[tuple[int, tuple[Block, ...]], ...], needed: int) -> int:
@@ -304,6 +359,14 @@ class ShuffleService:
             raise InvalidRequestError(f"storageId {storage_id} does not hold partition {partition_id}")
         if length == 0:
             return b""
+        corrupt = self.integrity.corrupt_in(app_id, shuffle_id, partition_id, disk, offset, length)
+        if corrupt is not None:
+            self.integrity.on_read_refused(app_id)
+            self.metrics.corrupt_reads_refused.inc()
+            raise BlockCorruptError(
+                f"block {corrupt.block_id} at offset {corrupt.offset} of partition {partition_id}'s data file on "
+                f"disk {disk} is corrupt (its bytes have crc {corrupt.actual}, its index record says "
+                f"{corrupt.expected}; found by the scrubber); read another replica")
         data = await self._ask_disk(disk, ReadData(app_id=app_id, shuffle_id=shuffle_id, partition_id=partition_id,
                                                    offset=offset, length=length, as_file=as_file))
         self.metrics.read_local_bytes.inc(length)

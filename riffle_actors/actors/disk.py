@@ -44,6 +44,11 @@ read its size after it; the wait is slept on the disk's own thread, inside the q
 event loop never waits and jobs keep their order, and (as under Riffle's TimeoutLayer) the wait
 counts towards ``disk_io_timeout_sec``.
 
+**Scrubber** (``[localfile_store] scrub_rate``): the first incarnation starts the disk's scrubber task
+(``riffle_actors.actors.scrub``), kept in the ``DiskResources`` so a restart does not start another;
+it re-reads the data files on the reader pool at a bounded rate and records corrupt blocks in the
+server's ``IntegrityLedger``. A ``PurgeFiles`` forgets the purged files' findings there.
+
 Its messages, replies and errors live in ``riffle_actors.actors.storage_messages``.
 
 See also: ``riffle_actors.io.localfile`` (the blocking operations), ``riffle_actors.actors.spill``,
@@ -64,6 +69,7 @@ from functools import partial
 
 from loguru import logger
 
+from riffle_actors.actors.scrub import ScrubSettings, run_scrubber
 from riffle_actors.actors.storage_messages import (
     AppendMeta,
     AppPurgedError,
@@ -84,6 +90,7 @@ from riffle_actors.io.localfile import PURGE_STEP_OPS
 from riffle_actors.io.meta_store import meta_path
 from riffle_actors.io.safe_fs import RemovalProgress
 from riffle_actors.runtime import Actor, ActorRef
+from riffle_actors.state.integrity import IntegrityLedger
 from riffle_actors.state.throttle import TokenBucket
 
 _FENCE_LIMIT = 10_000
@@ -110,6 +117,17 @@ class DiskThrottle:
         self._on_charged = on_charged
         self._lock = threading.Lock()
         self.bucket = TokenBucket(capacity, now=clock())
+
+    def charge(self, op: str, n: int) -> float:
+        """Charge ``n`` bytes of ``op`` without sleeping; the seconds the caller must wait (the scrubber
+        sleeps them on the event loop, holding no IO thread)."""
+        if n <= 0:
+            return 0.0
+        with self._lock:
+            wait = self.bucket.acquire(n, self._clock())
+        if self._on_charged is not None:
+            self._on_charged(op, n, wait)
+        return wait
 
     def wait(self, op: str, n: int) -> float:
         """Charge ``n`` bytes of ``op`` ("read" or "write"), sleep the wait; the seconds slept."""
@@ -169,6 +187,13 @@ class DiskResources:
     purge_progress: RemovalProgress = field(default_factory=RemovalProgress)
     purges: set[asyncio.Task] = field(default_factory=set)  # running purges (they outlive an incarnation)
     purging: dict[tuple[str, int | None], asyncio.Task] = field(default_factory=dict)  # the newest one per key
+    # the scrubber ([localfile_store] scrub_rate; riffle_actors.actors.scrub): one task per disk, started
+    # by the first incarnation, findings in the server's IntegrityLedger; callbacks count it in metrics
+    integrity: IntegrityLedger | None = None
+    scrub: ScrubSettings | None = None
+    on_scrub_checked: Callable[[str, int, int, int], None] | None = None
+    on_scrub_pass: Callable[[str], None] | None = None
+    scrub_task: asyncio.Task | None = None
     _writer: ThreadPoolExecutor | None = None
     _reader: ThreadPoolExecutor | None = None
     _meta: ThreadPoolExecutor | None = None
@@ -194,6 +219,9 @@ class DiskResources:
 
     def close(self) -> None:
         """Stop taking work; never waits (a thread may be stuck in the kernel on a dying disk)."""
+        if self.scrub_task is not None:
+            self.scrub_task.cancel()
+            self.scrub_task = None
         for pool in (self._writer, self._reader, self._meta):
             if pool is not None:
                 pool.shutdown(wait=False, cancel_futures=True)
@@ -228,6 +256,7 @@ class DiskActor(Actor):
         # monitor quarantines it (appends create the directories they need anyway).
         if self.res.failed_purges:
             self._retry_failed_purges()
+        self._start_scrubber()
         if self.res.root_ready:
             return
         try:
@@ -240,6 +269,17 @@ class DiskActor(Actor):
     async def on_stop(self) -> None:
         if self._owns_resources:
             self.res.close()
+
+    def _start_scrubber(self) -> None:
+        res = self.res
+        if res.scrub is None or res.integrity is None or (res.scrub_task is not None and not res.scrub_task.done()):
+            return
+        fenced = self._fenced
+        res.scrub_task = asyncio.get_running_loop().create_task(run_scrubber(
+            disk=self.disk_name, root=self.root, local_io=res.local_io, reader=lambda: res.reader,
+            ledger=res.integrity, settings=res.scrub, throttle=res.throttle,
+            is_fenced=lambda a, s: (a, None) in fenced or (a, s) in fenced,
+            on_checked=res.on_scrub_checked, on_pass=res.on_scrub_pass), name=f"scrub:{self.disk_name}")
 
     def _is_fenced(self, app_id: str, shuffle_id: int, epoch: int) -> bool:
         return (app_id, None) in self._fenced or self._fenced.get((app_id, shuffle_id), -1) >= epoch
@@ -277,6 +317,8 @@ class DiskActor(Actor):
                     self._fenced.popitem(last=False)
                 if self.res.failed_purges:
                     self._retry_failed_purges(skip=msg.app_id)
+                if self.res.integrity is not None:  # the corrupt blocks found go with their files
+                    self.res.integrity.forget_files(msg.app_id, msg.shuffle_id, self.disk_name)
                 return self._purge_reply(self._submit_purge(msg.app_id, msg.shuffle_id))
             case AppendMeta(entries=entries):
                 # on the metadata thread; fences are checked now (mailbox order with the purges) and

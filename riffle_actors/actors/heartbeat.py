@@ -99,6 +99,9 @@ class HeartbeatSnapshot:
     git_commit_id: str = ""
     start_time_ms: int = 0
     apps: tuple[AppSnapshot, ...] = ()
+    # block integrity totals (docs/faults.md "Integrity"), sent as displayMetrics: corrupt_blocks,
+    # corrupt_reads_refused, refused_blocks, repaired_blocks
+    integrity: tuple[tuple[str, int], ...] = ()
 
     @property
     def server_id(self) -> str:

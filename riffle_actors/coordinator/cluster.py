@@ -94,6 +94,10 @@ class DiskInfo:
     status: str = "NORMAL"
 
 
+#: the block integrity counts a server heartbeats in displayMetrics (``riffle_actors.state.integrity``)
+INTEGRITY_KEYS = ("corrupt_blocks", "corrupt_reads_refused", "refused_blocks", "repaired_blocks")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServerHeartbeat:
     """A decoded ``ShuffleServerHeartBeatRequest`` (spec §1.7)."""
@@ -115,6 +119,8 @@ class ServerHeartbeat:
     git_commit_id: str = ""
     start_time_ms: int = 0
     app_ids: tuple[str, ...] = ()
+    # the server's block integrity totals (displayMetrics; riffle_actors.state.integrity)
+    integrity: tuple[tuple[str, int], ...] = ()
 
     @property
     def reported_status(self) -> ServerStatus:

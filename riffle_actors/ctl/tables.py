@@ -55,6 +55,12 @@ INSTANCE_COLUMNS: dict[str, tuple[str, Getter]] = {
     "assigned_partitions": ("BIGINT", _key("assigned_partitions")),
     "total_assigned_partitions": ("BIGINT", _key("total_assigned_partitions")),
     "app_count": ("INTEGER", _key("app_count")),
+    # block integrity (docs/faults.md "Integrity"): found corrupt on disk, reads refused, refused at
+    # ingest, resent intact
+    "corrupt_blocks": ("BIGINT", _key("corrupt_blocks")),
+    "corrupt_reads_refused": ("BIGINT", _key("corrupt_reads_refused")),
+    "refused_blocks": ("BIGINT", _key("refused_blocks")),
+    "repaired_blocks": ("BIGINT", _key("repaired_blocks")),
     "disk_count": ("INTEGER", lambda row: len(row.get("disks") or ())),
     "unhealthy_disks": ("INTEGER", lambda row: sum(1 for d in row.get("disks") or () if d.get("status") != "NORMAL")),
     "disk_capacity": ("BIGINT", _disk_sum("capacity")),

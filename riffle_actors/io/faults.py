@@ -40,7 +40,8 @@ from typing import Any
 from riffle_actors.io.local import LOCAL_IO, LocalIO
 from riffle_actors.records import Block
 
-OPS = ("ensure_root", "append_batch", "read_index", "read_data", "remove_app", "usage", "append_meta")
+OPS = ("ensure_root", "append_batch", "read_index", "read_data", "remove_app", "usage", "append_meta",
+       "list_partitions")
 
 
 def _exception(err: int | BaseException, op: str) -> BaseException:
@@ -190,3 +191,6 @@ class FaultyLocalIO:
 
     def usage(self, root: str) -> tuple[int, int]:
         return self._run("usage", (root,), lambda: self.inner.usage(root))
+
+    def list_partitions(self, root: str) -> list[tuple[str, int, int]]:
+        return self._run("list_partitions", (root,), lambda: self.inner.list_partitions(root))

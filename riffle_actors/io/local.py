@@ -108,6 +108,10 @@ class LocalIO(Protocol):
         """``(capacity bytes, used bytes)`` of the file system holding ``root``."""
         ...
 
+    def list_partitions(self, root: str) -> list[tuple[str, int, int]]:
+        """``(app id, shuffle id, partition id)`` of every partition index below ``root`` (the scrubber's walk)."""
+        ...
+
 
 class RealLocalIO:
     """``LocalIO`` backed by the real file system (``riffle_actors.io.localfile``).
@@ -148,6 +152,9 @@ class RealLocalIO:
 
     def usage(self, root: str) -> tuple[int, int]:
         return localfile.usage(root)
+
+    def list_partitions(self, root: str) -> list[tuple[str, int, int]]:
+        return localfile.list_partitions(root)
 
 
 LOCAL_IO: LocalIO = RealLocalIO()

@@ -51,7 +51,19 @@ from typing import NamedTuple
 from loguru import logger
 
 from riffle_actors.errors import InvalidRequestError
-from riffle_actors.io.safe_fs import RemovalProgress, open_dir, open_file, remove_below
+from riffle_actors.io.safe_fs import (
+    DIRECTORY,
+    REGULAR,
+    RemovalProgress,
+    list_dir,
+    open_dir,
+    open_file,
+    open_root,
+    open_subdir,
+    remove_below,
+)
+from riffle_actors.protocol.errors import ProtocolError
+from riffle_actors.protocol.ids import check_app_id, parse_id_dirname
 from riffle_actors.protocol.index import INDEX_RECORD_SIZE, build_index
 from riffle_actors.records import Block
 
@@ -369,6 +381,59 @@ def remove_app(root: str, app_id: str, shuffle_id: int | None = None, *, max_ops
     ``max_ops`` entries per call (None: all). True when it is gone, False when more calls are needed."""
     parts = (app_id,) if shuffle_id is None else (app_id, str(shuffle_id))
     return remove_below(root, parts, max_ops=max_ops, progress=progress)
+
+
+def list_partitions(root: str, max_entries: int = 1_000_000) -> list[tuple[str, int, int]]:
+    """``(app id, shuffle id, partition id)`` of every partition index file below ``root`` (at most
+    ``max_entries``), sorted; what the scrubber walks. Never follows a symlink (``safe_fs``): only
+    directories and regular files with the names the server writes count, anything else is skipped."""
+    out: list[tuple[str, int, int]] = []
+    try:
+        root_fd = open_root(root)
+    except FileNotFoundError:
+        return out
+    try:
+        for app_id, kind in list_dir(root_fd):
+            if kind != DIRECTORY or app_id.startswith("."):
+                continue
+            try:
+                check_app_id(app_id)
+            except ProtocolError:
+                continue
+            try:
+                app_fd = open_subdir(root_fd, app_id)
+            except OSError:
+                continue  # gone meanwhile (purged), or replaced by something else
+            try:
+                for name, skind in list_dir(app_fd):
+                    try:
+                        shuffle_id = parse_id_dirname(name)
+                    except ProtocolError:
+                        continue
+                    if skind != DIRECTORY:
+                        continue
+                    try:
+                        sfd = open_subdir(app_fd, name)
+                    except OSError:
+                        continue
+                    try:
+                        for fname, fkind in list_dir(sfd):
+                            if fkind != REGULAR or not fname.startswith("partition-") or not fname.endswith(".index"):
+                                continue
+                            try:
+                                pid = parse_id_dirname(fname[len("partition-"):-len(".index")], "partition file")
+                            except ProtocolError:
+                                continue
+                            out.append((app_id, shuffle_id, pid))
+                            if len(out) >= max_entries:
+                                return sorted(out)
+                    finally:
+                        os.close(sfd)
+            finally:
+                os.close(app_fd)
+    finally:
+        os.close(root_fd)
+    return sorted(out)
 
 
 def usage(root: str) -> tuple[int, int]:

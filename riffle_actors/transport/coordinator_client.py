@@ -18,6 +18,7 @@ idle server most of its CPU). The fields:
 | storageInfo | one entry per data path: mountPoint = path, capacity, usedBytes, status NORMAL/UNHEALTHY/OVERUSED |
 | version / gitCommitId / startTimeMs | ``version`` / ``git_commit_id`` / ``start_time_ms`` |
 | applicationInfo | one per live app in ``apps`` |
+| displayMetrics | ``integrity``: the server's block integrity totals (``corrupt_blocks``, ``repaired_blocks``, ...) |
 
 A failed call (the coordinator is down, slow, or answers a non-SUCCESS status) is an ack with
 ``ok=False`` and the reason; nothing here retries, logs or keeps time (the actor does).
@@ -66,6 +67,8 @@ def encode_heartbeat(s: HeartbeatSnapshot) -> pb.ShuffleServerHeartBeatRequest:
             for a in s.apps
         ],
     )
+    for key, value in s.integrity:
+        req.displayMetrics[key] = str(value)
     req.isHealthy.value = healthy  # BoolValue: present even when False (Riffle does the same)
     for d in s.disks:
         req.storageInfo[d.path].CopyFrom(

@@ -42,7 +42,7 @@ from google.protobuf.message_factory import GetMessageClass
 from loguru import logger
 
 from riffle_actors.coordinator.assignment import Assignment, AssignmentRequest
-from riffle_actors.coordinator.cluster import DiskInfo, ServerHeartbeat, ServerStatus
+from riffle_actors.coordinator.cluster import INTEGRITY_KEYS, DiskInfo, ServerHeartbeat, ServerStatus
 from riffle_actors.coordinator.service import CoordinatorService
 from riffle_actors.coordinator.validation import MalformedHeartbeat, heartbeat_problems, parse_ip, peer_host
 from riffle_actors.errors import RiffleError, StatusCode, to_status
@@ -99,7 +99,19 @@ def decode_heartbeat(req: pb.ShuffleServerHeartBeatRequest) -> ServerHeartbeat:
         git_commit_id=req.gitCommitId,
         start_time_ms=req.startTimeMs,
         app_ids=tuple(a.appId for a in req.applicationInfo),
+        integrity=_integrity(req.displayMetrics),
     )
+
+
+def _integrity(metrics) -> tuple[tuple[str, int], ...]:
+    """The known integrity counts of a heartbeat's displayMetrics (other entries, and values that are not
+    small non-negative integers, are ignored)."""
+    out = []
+    for key in INTEGRITY_KEYS:
+        raw = metrics.get(key)
+        if raw is not None and len(raw) <= 19 and raw.isdigit():
+            out.append((key, int(raw)))
+    return tuple(out)
 
 
 def decode_heartbeat_request(req: pb.ShuffleServerHeartBeatRequest) -> ServerHeartbeat | MalformedHeartbeat:

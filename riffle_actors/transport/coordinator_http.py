@@ -64,7 +64,7 @@ from aiohttp import web
 from riffle_actors import __version__
 from riffle_actors.coordinator.actors import UnknownServerError
 from riffle_actors.coordinator.apps import AppView
-from riffle_actors.coordinator.cluster import ServerStatus, ServerView
+from riffle_actors.coordinator.cluster import INTEGRITY_KEYS, ServerStatus, ServerView
 from riffle_actors.coordinator.metrics import CoordinatorMetrics
 from riffle_actors.coordinator.service import CoordinatorService
 from riffle_actors.coordinator.validation import AppFilter, InvalidFilter
@@ -103,6 +103,7 @@ def server_to_dict(v: ServerView) -> dict[str, Any]:
         "assigned_partitions": v.assigned_partitions,
         "total_assigned_partitions": v.total_assigned_partitions,
         "app_count": len(n.app_ids),
+        **{key: dict(n.integrity).get(key, 0) for key in INTEGRITY_KEYS},
         "registered_ms": v.registered_epoch_ms,
         "last_heartbeat_ms": v.last_heartbeat_epoch_ms,
         "start_time_ms": n.start_time_ms,
@@ -172,7 +173,7 @@ def uniffle_node(v: ServerView) -> dict[str, Any]:
         "appIdToInfos": {app: {"appId": app, "partitionNum": 0, "memorySize": 0, "localFileNum": 0,
                                "localTotalSize": 0, "hadoopFileNum": 0, "hadoopTotalSize": 0, "totalSize": 0}
                          for app in n.app_ids},
-        "displayMetrics": {},
+        "displayMetrics": {k: str(v) for k, v in n.integrity},
     }
 
 

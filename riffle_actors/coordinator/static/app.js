@@ -61,9 +61,19 @@ function serverRow(s, appsOn) {
     disks,
     el("td", { class: "num" }, Math.max(s.app_count, appsOn[s.id] || 0)),
     el("td", { class: "num" }, s.total_assigned_partitions),
+    integrity(s),
     tags,
     el("td", {}, ago(s.heartbeat_age_s)),
     el("td", {}, s.version || ""));
+}
+
+// block integrity (docs/faults.md "Integrity"): blocks found corrupt on disk by the scrubber, and
+// blocks refused at ingest for a crc mismatch that the client resent intact ("repaired")
+function integrity(s) {
+  const corrupt = s.corrupt_blocks || 0;
+  return el("td", { class: "num integrity" + (corrupt ? " bad" : ""),
+                    title: `refused at ingest ${s.refused_blocks || 0}, corrupt reads refused ${s.corrupt_reads_refused || 0}` },
+    `${corrupt} / ${s.repaired_blocks || 0}`);
 }
 
 function appRow(a, historical) {
@@ -103,7 +113,7 @@ async function refresh() {
     document.getElementById("history-count").textContent = `(${history.length})`;
     const appsOn = {};
     for (const a of apps) for (const id of a.servers) appsOn[id] = (appsOn[id] || 0) + 1;
-    fill("servers", servers.map((s) => serverRow(s, appsOn)), "no server registered", 9);
+    fill("servers", servers.map((s) => serverRow(s, appsOn)), "no server registered", 10);
     fill("apps", apps.map((a) => appRow(a, false)), "no live application", 7);
     fill("history", history.map((a) => appRow(a, true)), "no expired application", 7);
     document.getElementById("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
