@@ -472,11 +472,10 @@ class HybridStoreConfig(StrictModel):
         json_schema_extra=riffle_key(RiffleKind.NO_EFFECT, "a failed HDFS spill always goes to local disk here "
                                                             "(huge partitions too), as if true", inert=True))
     sensitive_watermark_spill_enable: bool = Field(
-        False, description="Riffle: count bytes being spilled as used in the watermark ratio",
-        json_schema_extra=riffle_key(RiffleKind.NOT_YET, "the spill watermark counts the bytes not yet being "
-                                                          "spilled, as Riffle's default; the sensitive mode (in-"
-                                                          "flight bytes counted too) is not built",
-                                     inert=False))
+        False, description="count the bytes being spilled (in flight) as used in the high-watermark test, as "
+                           "Riffle: used/capacity above memory_spill_high_watermark starts a spill of the bytes "
+                           "not in flight down to memory_spill_low_watermark (none when they are below it); "
+                           "false = only the bytes not in flight count")
     async_watermark_spill_trigger_enable: bool = Field(
         False, description="Riffle: check the spill watermark periodically instead of on every write",
         json_schema_extra=riffle_key(RiffleKind.NO_EFFECT, "the MemoryManager actor checks the watermark as each "

@@ -357,11 +357,14 @@ class ShuffleServer:
             self.disks.append((path, await system.start_child(storage, spec)))
         hs = cfg.hybrid_store
         holder: dict = {}
+        # a restarted MemoryManager takes the watermarks in force (a config reload may have changed them)
         self.memory = await system.start_child(None, ChildSpec("memory", lambda: MemoryManagerActor(
-            budget=self.budget, tickets=self.tickets, high_watermark=hs.memory_spill_high_watermark,
-            low_watermark=hs.memory_spill_low_watermark, clock=self.clock, app_manager=holder.get("app_manager"),
+            budget=self.budget, tickets=self.tickets, high_watermark=self.cfg.hybrid_store.memory_spill_high_watermark,
+            low_watermark=self.cfg.hybrid_store.memory_spill_low_watermark, clock=self.clock,
+            app_manager=holder.get("app_manager"),
             app_max_ticket_bytes=int(cfg.memory_store.capacity * cfg.memory_store.app_buffer_ticket_max_ratio),
-            app_max_tickets=cfg.memory_store.app_buffer_ticket_max_number)))
+            app_max_tickets=cfg.memory_store.app_buffer_ticket_max_number,
+            sensitive_watermark=self.cfg.hybrid_store.sensitive_watermark_spill_enable)))
         disk_refs = dict(self.disks)
         if self.hdfs_resources is not None:
             hres = self.hdfs_resources
