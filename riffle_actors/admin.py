@@ -120,8 +120,8 @@ def disk_report(h: DiskHealth, policy: HealthPolicy, *, override: str | None, mo
 
 def riffle_app_fields(i: AppInfo, now_ms: int) -> dict[str, Any]:
     """Riffle's ``/apps?format=Json`` fields of one app (``riffle-server/src/http/apps.rs``), so
-    Riffle's own ``riffle-ctl`` reads our listing: resident bytes are memory + disk + HDFS; this
-    server never splits partitions, so ``partition_split_triggered`` is always false."""
+    Riffle's own ``riffle-ctl`` reads our listing: resident bytes are memory + disk + HDFS;
+    ``partition_split_triggered``: a partition of the app went above ``partition_split_threshold``."""
     shuffles = i.shuffles.values()
     return {"registry_timestamp": i.registered_epoch_ms,
             "duration_minutes": float(max(0, now_ms - i.registered_epoch_ms) // 60_000),
@@ -129,7 +129,7 @@ def riffle_app_fields(i: AppInfo, now_ms: int) -> dict[str, Any]:
             "partition_number": i.partition_count,
             "huge_partition_number": sum(sh.huge_partitions for sh in shuffles),
             "reported_block_id_number": sum(sh.reported_block_ids for sh in shuffles),
-            "partition_split_triggered": False}
+            "partition_split_triggered": i.partition_split_triggered}
 
 
 @dataclass(frozen=True, slots=True)

@@ -607,12 +607,22 @@ class AppConfig(StrictModel):
                                                             "bitmap each), which is what PARTITIONED means",
                                      inert="DEFAULT"))
     partition_split_enable: bool = Field(
-        False, description="Riffle: ask clients to move a partition above partition_split_threshold elsewhere",
-        json_schema_extra=riffle_key(RiffleKind.NOT_YET, "no partition split here (partition_limit_* marks huge "
-                                                          "partitions and applies back pressure)", inert=False))
+        False, description="ask clients to move a partition elsewhere once it received more than "
+                           "partition_split_threshold, as Riffle: a successful requireBuffer naming it lists it "
+                           "in needSplitPartitionIds (read by Uniffle 0.10+ clients with partition reassignment; "
+                           "the 0.9.2 client has no such field and ignores it); the partition keeps being served")
     partition_split_threshold: ByteSize = Field(
-        "40G", gt=0, description="Riffle: partition size that triggers a split",
-        json_schema_extra=riffle_key(RiffleKind.NOT_YET, "see partition_split_enable", inert=40 << 30))
+        "40G", gt=0, description="bytes received by a partition after which it is split (must be below "
+                                 "partition_limit_threshold when partition_limit_enable is set too); reloadable")
+
+    @model_validator(mode="after")
+    def _check_split(self) -> AppConfig:
+        if (self.partition_split_enable and self.partition_limit_enable
+                and self.partition_split_threshold >= self.partition_limit_threshold):
+            raise FieldProblem("partition_split_threshold", "must be below partition_limit_threshold when "
+                                                            "partition_split_enable and partition_limit_enable "
+                                                            "are both set (Riffle refuses it too)")
+        return self
 
 
 class HealthConfig(StrictModel):

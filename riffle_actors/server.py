@@ -104,6 +104,7 @@ from riffle_actors.service import ShuffleService
 from riffle_actors.state.app_state import AppLimits
 from riffle_actors.state.budget import MemoryBudget
 from riffle_actors.state.disk_health import DiskHealthBoard, HealthPolicy
+from riffle_actors.state.partition import SpillLimits
 from riffle_actors.state.service_health import DiskUsage, ServiceHealthChecks
 from riffle_actors.state.tickets import TicketBook
 from riffle_actors.state.tier_policy import HdfsHealth, TierRules
@@ -396,13 +397,17 @@ class ShuffleServer:
                                report_max_ids=ac.report_block_id_number_max_limit,
                                report_max_partition_ids=ac.report_partition_block_id_number_max_limit)
 
+        # one instance for every app: a config reload changes its thresholds in place (riffle_actors.reconf)
+        self.spill_limits = spill_limits = SpillLimits(
+            single_buffer_bytes=hs.memory_single_buffer_max_spill_size,
+            huge_threshold_bytes=ac.partition_limit_threshold if ac.partition_limit_enable else None,
+            huge_spill_bytes=ac.huge_partition_memory_single_buffer_max_spill_size,
+            split_threshold_bytes=ac.partition_split_threshold if ac.partition_split_enable else None)
+
         def app_factory(app_id: str) -> AppActor:
             return AppActor(app_id, clock=self.clock, heartbeat_timeout_s=ac.app_heartbeat_timeout_min * 60,
-                            memory=self.memory, spill=self.spill,
-                            single_buffer_spill_bytes=hs.memory_single_buffer_max_spill_size,
-                            huge_threshold_bytes=ac.partition_limit_threshold if ac.partition_limit_enable else None,
-                            huge_spill_bytes=ac.huge_partition_memory_single_buffer_max_spill_size,
-                            meta=meta_log, limits=app_limits)
+                            memory=self.memory, spill=self.spill, single_buffer_spill_bytes=None,
+                            meta=meta_log, limits=app_limits, spill_limits=spill_limits)
 
         ledger = AppManagerLedger()
         self.app_manager = await system.start_child(None, ChildSpec("app_manager", lambda: AppManagerActor(
