@@ -846,9 +846,16 @@ class ServerConfig(StrictModel):
         False, description="start UNHEALTHY (the coordinators assign the server nothing) until an operator "
                            "sets it healthy (riffle-ctl instance set --status healthy, POST /admin?update_state=HEALTHY)")
     conf_reload_enable: bool = Field(
-        False, description="Riffle: re-read the config file every 60 s (Riffle's default is true)",
-        json_schema_extra=riffle_key(RiffleKind.NOT_YET, "the config is read once at start; restart to change it",
-                                     inert=False))
+        False, description="re-read the config file every conf_reload_interval_sec and apply the keys that may "
+                           "change live: app_config.partition_limit_threshold, partition_limit_memory_"
+                           "backpressure_ratio, partition_split_threshold (Riffle's), hybrid_store.memory_spill_"
+                           "high/low_watermark, sensitive_watermark_spill_enable, localfile_store.io_limiter."
+                           "capacity, log.level/log_level, conf_reload_interval_sec; a file that does not load or "
+                           "changes any other key is logged (ERROR) and ignored whole (Riffle's default is true; "
+                           "README.md, Live config reload)")
+    conf_reload_interval_sec: float = Field(
+        60.0, gt=0, le=86400, description="period of the conf_reload_enable check (Riffle's is a fixed 60 s; a "
+                                          "key of ours, e.g. for tests)")
     runtime_config: RuntimeConfig = Field(default_factory=RuntimeConfig)
     health_service_config: HealthServiceConfig = Field(default_factory=HealthServiceConfig)
     tracing: TracingConfig | None = Field(

@@ -45,6 +45,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 from loguru import logger
 
@@ -71,7 +72,7 @@ from riffle_actors.actors.heartbeat import (
     HeartbeatSnapshot,
     SendHeartbeatNow,
 )
-from riffle_actors.actors.memory import AttachAppManager, ExpireTickets, MemoryManagerActor
+from riffle_actors.actors.memory import AttachAppManager, ExpireTickets, MemoryManagerActor, SetWatermarks
 from riffle_actors.actors.meta_log import ShuffleMetaLog
 from riffle_actors.actors.spill import SpillBacklog, SpillDispatcherActor
 from riffle_actors.actors.storage_messages import RunProbeRound
@@ -85,15 +86,19 @@ from riffle_actors.io.local import LocalIO, RealLocalIO
 from riffle_actors.io.malloc import tune_malloc
 from riffle_actors.io.probe import ProbeFn, probe_disk
 from riffle_actors.io.probe_fleet import ProbeFleet
+from riffle_actors.log import set_level as set_log_level
 from riffle_actors.metrics import Metrics
 from riffle_actors.metrics_push import SERVER_JOB, MetricsPusher
 from riffle_actors.netaddr import advertised_ip
+from riffle_actors.reconf import RELOADABLE, ConfigReloader
 from riffle_actors.recovery import RecoveryReport, recover
 from riffle_actors.runtime import (
+    ActorDeadError,
     ActorSystem,
     ChildSpec,
     ChildTable,
     Clock,
+    MailboxFullError,
     ScheduleEvery,
     Supervisor,
     SystemClock,
@@ -230,10 +235,12 @@ class ShuffleServer:
     def __init__(self, cfg: ServerConfig, *, clock: Clock | None = None,
                  local_io_factory: Callable[[str, str], LocalIO] | None = None, probe_fn: ProbeFn = probe_disk,
                  probe_fleet_factory: Callable[[], ProbeFleet] | None = None, hdfs_io: HdfsIO | None = None,
-                 worker_ip: str | None = None):
+                 worker_ip: str | None = None, config_path: str | None = None,
+                 load_config_fn: Callable[[str], ServerConfig] = load_config):
         """``local_io_factory(disk name, root)``, ``probe_fn`` (a module-level function, it runs in the
         probe worker processes) and ``probe_fleet_factory`` are seams for fault tests. ``worker_ip``:
-        the advertised address (``WORKER_IP``), also without a coordinator quorum."""
+        the advertised address (``WORKER_IP``), also without a coordinator quorum. ``config_path``: the
+        file ``cfg`` came from, re-read under ``conf_reload_enable`` (with ``load_config_fn``)."""
         self.riffle_notes = riffle_key_notes(cfg, applied=apply_riffle_keys(cfg))
         cfg = apply_riffle_keys(cfg)  # Riffle's names and thread pools onto our settings
         self.cfg = cfg
@@ -297,6 +304,11 @@ class ShuffleServer:
         self.request_stop: Callable[[], None] = self._stop_in_background
         self._stop_task: asyncio.Task | None = None
         self._locks: DataPathLocks | None = None
+        self.config_path = config_path
+        self._load_config_fn = load_config_fn
+        self.reloader: ConfigReloader | None = None
+        self._reload_task: asyncio.Task | None = None
+        self.spill_limits: SpillLimits | None = None
 
     def _stop_in_background(self) -> None:
         if self._stop_task is None:
@@ -490,10 +502,55 @@ class ShuffleServer:
                                                              lifecycle=self.lifecycle, credentials=credentials)
         await self._start_heartbeat(self.admin)
         self._start_metrics_push(self.admin)
+        self._start_reload()
         logger.info("riffle-server {} listening: grpc {}:{} http {}:{}{}, memory {} bytes, data paths {}",
                     __version__, cfg.grpc_bind_address, self.grpc_port, cfg.http_bind_address, self.http_port,
                     f" urpc {cfg.urpc_bind_address}:{self.urpc_port}" if self._urpc else "",
                     cfg.memory_store.capacity, cfg.localfile_store.data_paths)
+
+    def _start_reload(self) -> None:
+        """``conf_reload_enable``: the periodic re-read of the config file (``riffle_actors.reconf``)."""
+        if not self.cfg.conf_reload_enable:
+            return
+        if self.config_path is None:
+            logger.warning("conf_reload_enable: this server was not started from a config file; nothing to re-read")
+            return
+        self.reloader = ConfigReloader(self.config_path, current=lambda: self.cfg, apply=self.apply_reload,
+                                       load=self._load_config_fn)
+        self.reloader.remember_current_file()
+        self._reload_task = asyncio.get_running_loop().create_task(self.reloader.run(), name="conf-reload")
+        logger.info("conf_reload_enable: {} is read again every {}s; reloadable keys: {}", self.config_path,
+                    self.cfg.conf_reload_interval_sec, ", ".join(RELOADABLE))
+
+    def apply_reload(self, new: ServerConfig, changes: dict[str, tuple[Any, Any]]) -> None:
+        """A reloaded config whose changes are all in ``RELOADABLE``: applied in this one synchronous step
+        (the event loop runs nothing else meanwhile, so no request sees half of it)."""
+        ac, hs = new.app_config, new.hybrid_store
+        limits = self.spill_limits
+        if limits is not None:  # shared by every app: their partitions read it on their next write
+            limits.huge_threshold_bytes = ac.partition_limit_threshold if ac.partition_limit_enable else None
+            limits.split_threshold_bytes = ac.partition_split_threshold if ac.partition_split_enable else None
+        self.service.huge_partition_limit_bytes = (
+            int(new.memory_store.capacity * ac.partition_limit_memory_backpressure_ratio)
+            if ac.partition_limit_enable else None)
+        self.cfg = new  # a restarted MemoryManager takes its watermarks from here
+        if any(k.startswith("hybrid_store.") for k in changes):
+            try:
+                self.memory.tell_nowait(SetWatermarks(high_watermark=hs.memory_spill_high_watermark,
+                                                      low_watermark=hs.memory_spill_low_watermark,
+                                                      sensitive=hs.sensitive_watermark_spill_enable))
+            except (MailboxFullError, ActorDeadError):
+                pass  # its next incarnation starts with self.cfg's
+        limiter = new.localfile_store.io_limiter
+        if "localfile_store.io_limiter.capacity" in changes and limiter is not None:
+            for res in self._disk_resources.values():
+                if res.throttle is not None:
+                    res.throttle.set_capacity(limiter.capacity)
+        if "log.level" in changes or "log.log_level" in changes:
+            if os.environ.get("RUST_LOG", "").strip():
+                logger.warning("config reload: the log level stays as RUST_LOG sets it")
+            elif not set_log_level(new.log.effective_level):
+                logger.info("config reload: no log sinks of the daemon here; the log level is unchanged")
 
     def _start_metrics_push(self, admin: AdminService) -> None:
         """``[metrics] push_gateway_endpoint``: push to a Pushgateway as Riffle does (job ``uniffle-worker``,
@@ -564,6 +621,10 @@ class ShuffleServer:
         if self._pusher_task is not None:  # [metrics] push_gateway_endpoint
             self._pusher_task.cancel()
             self._pusher_task = None
+        if self._reload_task is not None:  # conf_reload_enable
+            self._reload_task.cancel()
+            await asyncio.gather(self._reload_task, return_exceptions=True)
+            self._reload_task = None
         if self._grpc is not None:
             await self._grpc.stop(min(grace, 5.0))
             self._grpc = None
@@ -609,7 +670,8 @@ async def serve(cfg: ServerConfig, stop_event: asyncio.Event, ports) -> int:
     threads = cfg.runtime_config.default_thread_num
     if threads is not None:  # Riffle's default runtime ~ the loop's default executor (the daemon only)
         asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(threads, thread_name_prefix="default"))
-    server = ShuffleServer(cfg, worker_ip=launch.worker_ip)
+    server = ShuffleServer(cfg, worker_ip=launch.worker_ip, config_path=_LOADED_FROM.get("path"),
+                           load_config_fn=_load_checked)
     server.request_stop = stop_event.set  # an operator's kill takes the SIGTERM path
     try:
         await server.start()
@@ -629,9 +691,14 @@ async def serve(cfg: ServerConfig, stop_event: asyncio.Event, ports) -> int:
     return 0
 
 
+#: the file the daemon's config came from (``_load_checked``), re-read under conf_reload_enable
+_LOADED_FROM: dict[str, str] = {}
+
+
 def _load_checked(path: str) -> ServerConfig:
     """``load_config`` plus the ``[admin]`` credentials and Riffle's launch variables (``LaunchEnv``),
     so an unusable one stops the start (exit 2)."""
+    _LOADED_FROM.setdefault("path", os.path.abspath(path))
     cfg = load_config(path)
     try:
         AdminCredentials.resolve(cfg.admin)

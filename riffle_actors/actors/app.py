@@ -575,10 +575,13 @@ class AppActor(Supervisor):
         if msg.limit_bytes is not None:
             self._check_huge_backpressure(shuffle, msg)
         split: set[int] = set()
-        if self.limits.split_threshold_bytes is not None:
+        threshold = self.limits.split_threshold_bytes
+        if threshold is not None:
             for pid in msg.partition_ids:
                 entry = shuffle.partitions.get(pid)
-                if entry is not None and entry.figures.split:
+                # marked on a write above the threshold (for good, as Riffle), or above a threshold
+                # lowered by a config reload since its last write
+                if entry is not None and (entry.figures.split or entry.figures.total_bytes > threshold):
                     split.add(pid)
         if split and not self.split_triggered:
             self.split_triggered = True
