@@ -276,8 +276,9 @@ class AdminService:
         return len(self.directory)
 
     async def history(self) -> list[dict[str, Any]]:
-        """Purged apps, oldest first; ``end_timestamp`` (Riffle's ``/apps/history`` name) is the purge time."""
-        return [{**h, "end_timestamp": h.get("purged_epoch_ms")} for h in await self.app_manager.ask(GetHistory())]
+        """Purged apps, oldest first, in Riffle's ``/apps/history`` form (``riffle_actors.actors.app_manager.
+        history_record``: its per-app totals, ``end_timestamp`` = the purge time) plus ``reason``."""
+        return [dict(h) for h in await self.app_manager.ask(GetHistory())]
 
     def actor_statistics(self) -> list[MailboxStatistics]:
         return self.system.statistics()

@@ -770,11 +770,17 @@ class TracingConfig(StrictModel):
 
 
 class HistoricalAppsConfig(StrictModel):
-    """``[historical_apps_config]`` (Riffle): a kept record of finished apps. Not built here."""
+    """``[historical_apps_config]`` (Riffle): the record of finished apps behind ``/apps/history``
+    (``riffle_actors.io.app_history``). Unset: the last 1000 purged apps, in memory, no retention."""
 
-    retention_days: int = Field(description="days a finished app is kept")
-    backend: str = Field(description="MEM or SLED")
-    db_path: str | None = Field(None, description="SLED database directory")
+    retention_days: int = Field(ge=1, le=36500, description="days a finished app is kept (from its purge)")
+    backend: str = Field(description="MEM (in memory, lost at restart) or SLED (on disk under db_path, kept "
+                                     "across restarts; an SQLite file here, Riffle's is a sled database)")
+    db_path: str | None = Field(None, description="directory of the SLED backend's database "
+                                                  "(<db_path>/apps.sqlite3); needed with SLED")
+    max_apps: int = Field(10_000, ge=1, le=1_000_000,
+                          description="finished apps kept at most (the oldest go first); bounds memory and "
+                                      "the database (a key of ours)")
 
     @field_validator("backend")
     @classmethod
@@ -782,6 +788,12 @@ class HistoricalAppsConfig(StrictModel):
         if value not in ("MEM", "SLED"):
             raise ValueError(f"unknown backend {value!r}: MEM or SLED")
         return value
+
+    @model_validator(mode="after")
+    def _check_db_path(self) -> HistoricalAppsConfig:
+        if self.backend == "SLED" and not self.db_path:
+            raise FieldProblem("db_path", "backend SLED needs db_path (the database directory)")
+        return self
 
 
 class ServerConfig(StrictModel):
@@ -862,9 +874,8 @@ class ServerConfig(StrictModel):
         None, description="Riffle's Jaeger tracing",
         json_schema_extra=riffle_key(RiffleKind.NOT_YET, "no tracing here (logs and /metrics only)"))
     historical_apps_config: HistoricalAppsConfig | None = Field(
-        None, description="Riffle's record of finished apps",
-        json_schema_extra=riffle_key(RiffleKind.NOT_YET, "the server keeps the last 1000 purged apps in memory "
-                                                          "only; no retention in days, no SLED store"))
+        None, description="the record of finished apps (/apps/history) with Riffle's per-app totals; unset = "
+                          "the last 1000 purged apps in memory")
 
     @model_validator(mode="after")
     def _check(self) -> ServerConfig:

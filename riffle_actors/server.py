@@ -80,6 +80,7 @@ from riffle_actors.admin import AdminService, HealthRules, ServerIdentity
 from riffle_actors.config import ConfigError, ServerConfig, apply_riffle_keys, load_config, riffle_key_notes
 from riffle_actors.credentials import AdminCredentialError, AdminCredentials
 from riffle_actors.decommission import Lifecycle
+from riffle_actors.io.app_history import AppHistory, open_app_history
 from riffle_actors.io.data_lock import DataPathLocks, lock_data_paths
 from riffle_actors.io.hdfs import HdfsIO
 from riffle_actors.io.local import LocalIO, RealLocalIO
@@ -309,6 +310,7 @@ class ShuffleServer:
         self.reloader: ConfigReloader | None = None
         self._reload_task: asyncio.Task | None = None
         self.spill_limits: SpillLimits | None = None
+        self.app_history: AppHistory | None = None
 
     def _stop_in_background(self) -> None:
         if self._stop_task is None:
@@ -421,7 +423,13 @@ class ShuffleServer:
                             memory=self.memory, spill=self.spill, single_buffer_spill_bytes=None,
                             meta=meta_log, limits=app_limits, spill_limits=spill_limits)
 
-        ledger = AppManagerLedger()
+        hc = cfg.historical_apps_config
+        # the finished apps behind /apps/history; the SLED backend's file is loaded off the loop
+        self.app_history = await asyncio.get_running_loop().run_in_executor(None, partial(
+            open_app_history, backend=hc.backend if hc else None, retention_days=hc.retention_days if hc else None,
+            db_path=hc.db_path if hc else None, max_apps=hc.max_apps if hc else 1000,
+            now_ms=lambda: int(self.clock.time() * 1000)))
+        ledger = AppManagerLedger(history=self.app_history)
         self.app_manager = await system.start_child(None, ChildSpec("app_manager", lambda: AppManagerActor(
             directory=self.directory, app_factory=app_factory, memory=self.memory,
             # the HDFS writer takes the disks' PurgeFiles / UnfenceApp too: purges delete the app's HDFS files
@@ -657,6 +665,8 @@ class ShuffleServer:
             res.close()
         if self.hdfs_resources is not None:
             self.hdfs_resources.close()
+        if self.app_history is not None:  # writes what is queued (the purges of this stop included)
+            await asyncio.get_running_loop().run_in_executor(None, self.app_history.close)
         if self._locks is not None:  # last: nothing of this server touches the data paths any more
             self._locks.release()
             self._locks = None
