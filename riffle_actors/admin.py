@@ -121,8 +121,8 @@ def disk_report(h: DiskHealth, policy: HealthPolicy, *, override: str | None, mo
 
 def riffle_app_fields(i: AppInfo, now_ms: int) -> dict[str, Any]:
     """Riffle's ``/apps?format=Json`` fields of one app (``riffle-server/src/http/apps.rs``), so
-    Riffle's own ``riffle-ctl`` reads our listing: resident bytes are memory + disk + HDFS; this
-    server never splits partitions, so ``partition_split_triggered`` is always false."""
+    Riffle's own ``riffle-ctl`` reads our listing: resident bytes are memory + disk + HDFS;
+    ``partition_split_triggered``: a partition of the app went above ``partition_split_threshold``."""
     shuffles = i.shuffles.values()
     return {"registry_timestamp": i.registered_epoch_ms,
             "duration_minutes": float(max(0, now_ms - i.registered_epoch_ms) // 60_000),
@@ -130,7 +130,7 @@ def riffle_app_fields(i: AppInfo, now_ms: int) -> dict[str, Any]:
             "partition_number": i.partition_count,
             "huge_partition_number": sum(sh.huge_partitions for sh in shuffles),
             "reported_block_id_number": sum(sh.reported_block_ids for sh in shuffles),
-            "partition_split_triggered": False}
+            "partition_split_triggered": i.partition_split_triggered}
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,8 +288,9 @@ class AdminService:
         return len(self.directory)
 
     async def history(self) -> list[dict[str, Any]]:
-        """Purged apps, oldest first; ``end_timestamp`` (Riffle's ``/apps/history`` name) is the purge time."""
-        return [{**h, "end_timestamp": h.get("purged_epoch_ms")} for h in await self.app_manager.ask(GetHistory())]
+        """Purged apps, oldest first, in Riffle's ``/apps/history`` form (``riffle_actors.actors.app_manager.
+        history_record``: its per-app totals, ``end_timestamp`` = the purge time) plus ``reason``."""
+        return [dict(h) for h in await self.app_manager.ask(GetHistory())]
 
     def actor_statistics(self) -> list[MailboxStatistics]:
         return self.system.statistics()

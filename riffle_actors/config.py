@@ -477,11 +477,10 @@ class HybridStoreConfig(StrictModel):
         json_schema_extra=riffle_key(RiffleKind.NO_EFFECT, "a failed HDFS spill always goes to local disk here "
                                                             "(huge partitions too), as if true", inert=True))
     sensitive_watermark_spill_enable: bool = Field(
-        False, description="Riffle: count bytes being spilled as used in the watermark ratio",
-        json_schema_extra=riffle_key(RiffleKind.NOT_YET, "the spill watermark counts the bytes not yet being "
-                                                          "spilled, as Riffle's default; the sensitive mode (in-"
-                                                          "flight bytes counted too) is not built",
-                                     inert=False))
+        False, description="count the bytes being spilled (in flight) as used in the high-watermark test, as "
+                           "Riffle: used/capacity above memory_spill_high_watermark starts a spill of the bytes "
+                           "not in flight down to memory_spill_low_watermark (none when they are below it); "
+                           "false = only the bytes not in flight count")
     async_watermark_spill_trigger_enable: bool = Field(
         False, description="Riffle: check the spill watermark periodically instead of on every write",
         json_schema_extra=riffle_key(RiffleKind.NO_EFFECT, "the MemoryManager actor checks the watermark as each "
@@ -617,12 +616,22 @@ class AppConfig(StrictModel):
                                                             "bitmap each), which is what PARTITIONED means",
                                      inert="DEFAULT"))
     partition_split_enable: bool = Field(
-        False, description="Riffle: ask clients to move a partition above partition_split_threshold elsewhere",
-        json_schema_extra=riffle_key(RiffleKind.NOT_YET, "no partition split here (partition_limit_* marks huge "
-                                                          "partitions and applies back pressure)", inert=False))
+        False, description="ask clients to move a partition elsewhere once it received more than "
+                           "partition_split_threshold, as Riffle: a successful requireBuffer naming it lists it "
+                           "in needSplitPartitionIds (read by Uniffle 0.10+ clients with partition reassignment; "
+                           "the 0.9.2 client has no such field and ignores it); the partition keeps being served")
     partition_split_threshold: ByteSize = Field(
-        "40G", gt=0, description="Riffle: partition size that triggers a split",
-        json_schema_extra=riffle_key(RiffleKind.NOT_YET, "see partition_split_enable", inert=40 << 30))
+        "40G", gt=0, description="bytes received by a partition after which it is split (must be below "
+                                 "partition_limit_threshold when partition_limit_enable is set too); reloadable")
+
+    @model_validator(mode="after")
+    def _check_split(self) -> AppConfig:
+        if (self.partition_split_enable and self.partition_limit_enable
+                and self.partition_split_threshold >= self.partition_limit_threshold):
+            raise FieldProblem("partition_split_threshold", "must be below partition_limit_threshold when "
+                                                            "partition_split_enable and partition_limit_enable "
+                                                            "are both set (Riffle refuses it too)")
+        return self
 
 
 class HealthConfig(StrictModel):
@@ -770,11 +779,17 @@ class TracingConfig(StrictModel):
 
 
 class HistoricalAppsConfig(StrictModel):
-    """``[historical_apps_config]`` (Riffle): a kept record of finished apps. Not built here."""
+    """``[historical_apps_config]`` (Riffle): the record of finished apps behind ``/apps/history``
+    (``riffle_actors.io.app_history``). Unset: the last 1000 purged apps, in memory, no retention."""
 
-    retention_days: int = Field(description="days a finished app is kept")
-    backend: str = Field(description="MEM or SLED")
-    db_path: str | None = Field(None, description="SLED database directory")
+    retention_days: int = Field(ge=1, le=36500, description="days a finished app is kept (from its purge)")
+    backend: str = Field(description="MEM (in memory, lost at restart) or SLED (on disk under db_path, kept "
+                                     "across restarts; an SQLite file here, Riffle's is a sled database)")
+    db_path: str | None = Field(None, description="directory of the SLED backend's database "
+                                                  "(<db_path>/apps.sqlite3); needed with SLED")
+    max_apps: int = Field(10_000, ge=1, le=1_000_000,
+                          description="finished apps kept at most (the oldest go first); bounds memory and "
+                                      "the database (a key of ours)")
 
     @field_validator("backend")
     @classmethod
@@ -782,6 +797,12 @@ class HistoricalAppsConfig(StrictModel):
         if value not in ("MEM", "SLED"):
             raise ValueError(f"unknown backend {value!r}: MEM or SLED")
         return value
+
+    @model_validator(mode="after")
+    def _check_db_path(self) -> HistoricalAppsConfig:
+        if self.backend == "SLED" and not self.db_path:
+            raise FieldProblem("db_path", "backend SLED needs db_path (the database directory)")
+        return self
 
 
 class ServerConfig(StrictModel):
@@ -846,18 +867,24 @@ class ServerConfig(StrictModel):
         False, description="start UNHEALTHY (the coordinators assign the server nothing) until an operator "
                            "sets it healthy (riffle-ctl instance set --status healthy, POST /admin?update_state=HEALTHY)")
     conf_reload_enable: bool = Field(
-        False, description="Riffle: re-read the config file every 60 s (Riffle's default is true)",
-        json_schema_extra=riffle_key(RiffleKind.NOT_YET, "the config is read once at start; restart to change it",
-                                     inert=False))
+        False, description="re-read the config file every conf_reload_interval_sec and apply the keys that may "
+                           "change live: app_config.partition_limit_threshold, partition_limit_memory_"
+                           "backpressure_ratio, partition_split_threshold (Riffle's), hybrid_store.memory_spill_"
+                           "high/low_watermark, sensitive_watermark_spill_enable, localfile_store.io_limiter."
+                           "capacity, log.level/log_level, conf_reload_interval_sec; a file that does not load or "
+                           "changes any other key is logged (ERROR) and ignored whole (Riffle's default is true; "
+                           "README.md, Live config reload)")
+    conf_reload_interval_sec: float = Field(
+        60.0, gt=0, le=86400, description="period of the conf_reload_enable check (Riffle's is a fixed 60 s; a "
+                                          "key of ours, e.g. for tests)")
     runtime_config: RuntimeConfig = Field(default_factory=RuntimeConfig)
     health_service_config: HealthServiceConfig = Field(default_factory=HealthServiceConfig)
     tracing: TracingConfig | None = Field(
         None, description="Riffle's Jaeger tracing",
         json_schema_extra=riffle_key(RiffleKind.NOT_YET, "no tracing here (logs and /metrics only)"))
     historical_apps_config: HistoricalAppsConfig | None = Field(
-        None, description="Riffle's record of finished apps",
-        json_schema_extra=riffle_key(RiffleKind.NOT_YET, "the server keeps the last 1000 purged apps in memory "
-                                                          "only; no retention in days, no SLED store"))
+        None, description="the record of finished apps (/apps/history) with Riffle's per-app totals; unset = "
+                          "the last 1000 purged apps in memory")
 
     @model_validator(mode="after")
     def _check(self) -> ServerConfig:

@@ -33,8 +33,30 @@ def _add_context(record: dict) -> None:  # type: ignore[type-arg]
     record["extra"]["ctx"] = (" | " + " ".join(f"{k}={v}" for k, v in extra.items())) if extra else ""
 
 
+#: what the daemon's ``setup_logging`` was called with (None: not called, e.g. a server in a test
+#: process, whose sinks belong to the test); ``set_level`` re-runs it with another level
+_SETUP: dict[str, object] = {}
+
+
+def set_level(level: str) -> bool:
+    """A config reload: the daemon's sinks log at ``level`` from now on (they are set up again with
+    it; the log file is reopened in append mode). False when ``setup_logging`` never ran here."""
+    cfg = _SETUP.get("cfg")
+    if not isinstance(cfg, LogConfig):
+        return False
+    setup_logging(cfg.model_copy(update={"level": level.upper(), "log_level": None}),
+                  to_stderr=bool(_SETUP["to_stderr"]))
+    return True
+
+
+def current_level() -> str | None:
+    cfg = _SETUP.get("cfg")
+    return cfg.effective_level if isinstance(cfg, LogConfig) else None
+
+
 def setup_logging(cfg: LogConfig, *, to_stderr: bool = True) -> None:
     """Replace every loguru sink with the ones ``cfg`` asks for."""
+    _SETUP.update(cfg=cfg, to_stderr=to_stderr)
     logger.remove()
     logger.configure(patcher=_add_context)  # type: ignore[arg-type]
     level = cfg.effective_level  # Riffle's log_level when only that is set

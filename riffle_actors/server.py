@@ -45,6 +45,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 from loguru import logger
 
@@ -72,7 +73,7 @@ from riffle_actors.actors.heartbeat import (
     HeartbeatSnapshot,
     SendHeartbeatNow,
 )
-from riffle_actors.actors.memory import AttachAppManager, ExpireTickets, MemoryManagerActor
+from riffle_actors.actors.memory import AttachAppManager, ExpireTickets, MemoryManagerActor, SetWatermarks
 from riffle_actors.actors.meta_log import ShuffleMetaLog
 from riffle_actors.actors.spill import SpillBacklog, SpillDispatcherActor
 from riffle_actors.actors.storage_messages import RunProbeRound
@@ -80,21 +81,26 @@ from riffle_actors.admin import AdminService, HealthRules, ServerIdentity
 from riffle_actors.config import ConfigError, ServerConfig, apply_riffle_keys, load_config, riffle_key_notes
 from riffle_actors.credentials import AdminCredentialError, AdminCredentials
 from riffle_actors.decommission import Lifecycle
+from riffle_actors.io.app_history import AppHistory, open_app_history
 from riffle_actors.io.data_lock import DataPathLocks, lock_data_paths
 from riffle_actors.io.hdfs import HdfsIO
 from riffle_actors.io.local import LocalIO, RealLocalIO
 from riffle_actors.io.malloc import tune_malloc
 from riffle_actors.io.probe import ProbeFn, probe_disk
 from riffle_actors.io.probe_fleet import ProbeFleet
+from riffle_actors.log import set_level as set_log_level
 from riffle_actors.metrics import Metrics
 from riffle_actors.metrics_push import SERVER_JOB, MetricsPusher
 from riffle_actors.netaddr import advertised_ip
+from riffle_actors.reconf import RELOADABLE, ConfigReloader
 from riffle_actors.recovery import RecoveryReport, recover
 from riffle_actors.runtime import (
+    ActorDeadError,
     ActorSystem,
     ChildSpec,
     ChildTable,
     Clock,
+    MailboxFullError,
     ScheduleEvery,
     Supervisor,
     SystemClock,
@@ -106,6 +112,7 @@ from riffle_actors.state.app_state import AppLimits
 from riffle_actors.state.budget import MemoryBudget
 from riffle_actors.state.disk_health import DiskHealthBoard, HealthPolicy
 from riffle_actors.state.integrity import IntegrityLedger
+from riffle_actors.state.partition import SpillLimits
 from riffle_actors.state.service_health import DiskUsage, ServiceHealthChecks
 from riffle_actors.state.tickets import TicketBook
 from riffle_actors.state.tier_policy import HdfsHealth, TierRules
@@ -231,10 +238,12 @@ class ShuffleServer:
     def __init__(self, cfg: ServerConfig, *, clock: Clock | None = None,
                  local_io_factory: Callable[[str, str], LocalIO] | None = None, probe_fn: ProbeFn = probe_disk,
                  probe_fleet_factory: Callable[[], ProbeFleet] | None = None, hdfs_io: HdfsIO | None = None,
-                 worker_ip: str | None = None):
+                 worker_ip: str | None = None, config_path: str | None = None,
+                 load_config_fn: Callable[[str], ServerConfig] = load_config):
         """``local_io_factory(disk name, root)``, ``probe_fn`` (a module-level function, it runs in the
         probe worker processes) and ``probe_fleet_factory`` are seams for fault tests. ``worker_ip``:
-        the advertised address (``WORKER_IP``), also without a coordinator quorum."""
+        the advertised address (``WORKER_IP``), also without a coordinator quorum. ``config_path``: the
+        file ``cfg`` came from, re-read under ``conf_reload_enable`` (with ``load_config_fn``)."""
         self.riffle_notes = riffle_key_notes(cfg, applied=apply_riffle_keys(cfg))
         cfg = apply_riffle_keys(cfg)  # Riffle's names and thread pools onto our settings
         self.cfg = cfg
@@ -300,6 +309,12 @@ class ShuffleServer:
         self.request_stop: Callable[[], None] = self._stop_in_background
         self._stop_task: asyncio.Task | None = None
         self._locks: DataPathLocks | None = None
+        self.config_path = config_path
+        self._load_config_fn = load_config_fn
+        self.reloader: ConfigReloader | None = None
+        self._reload_task: asyncio.Task | None = None
+        self.spill_limits: SpillLimits | None = None
+        self.app_history: AppHistory | None = None
 
     def _stop_in_background(self) -> None:
         if self._stop_task is None:
@@ -366,11 +381,14 @@ class ShuffleServer:
             self.disks.append((path, await system.start_child(storage, spec)))
         hs = cfg.hybrid_store
         holder: dict = {}
+        # a restarted MemoryManager takes the watermarks in force (a config reload may have changed them)
         self.memory = await system.start_child(None, ChildSpec("memory", lambda: MemoryManagerActor(
-            budget=self.budget, tickets=self.tickets, high_watermark=hs.memory_spill_high_watermark,
-            low_watermark=hs.memory_spill_low_watermark, clock=self.clock, app_manager=holder.get("app_manager"),
+            budget=self.budget, tickets=self.tickets, high_watermark=self.cfg.hybrid_store.memory_spill_high_watermark,
+            low_watermark=self.cfg.hybrid_store.memory_spill_low_watermark, clock=self.clock,
+            app_manager=holder.get("app_manager"),
             app_max_ticket_bytes=int(cfg.memory_store.capacity * cfg.memory_store.app_buffer_ticket_max_ratio),
-            app_max_tickets=cfg.memory_store.app_buffer_ticket_max_number)))
+            app_max_tickets=cfg.memory_store.app_buffer_ticket_max_number,
+            sensitive_watermark=self.cfg.hybrid_store.sensitive_watermark_spill_enable)))
         disk_refs = dict(self.disks)
         if self.hdfs_resources is not None:
             hres = self.hdfs_resources
@@ -402,15 +420,25 @@ class ShuffleServer:
                                report_max_ids=ac.report_block_id_number_max_limit,
                                report_max_partition_ids=ac.report_partition_block_id_number_max_limit)
 
+        # one instance for every app: a config reload changes its thresholds in place (riffle_actors.reconf)
+        self.spill_limits = spill_limits = SpillLimits(
+            single_buffer_bytes=hs.memory_single_buffer_max_spill_size,
+            huge_threshold_bytes=ac.partition_limit_threshold if ac.partition_limit_enable else None,
+            huge_spill_bytes=ac.huge_partition_memory_single_buffer_max_spill_size,
+            split_threshold_bytes=ac.partition_split_threshold if ac.partition_split_enable else None)
+
         def app_factory(app_id: str) -> AppActor:
             return AppActor(app_id, clock=self.clock, heartbeat_timeout_s=ac.app_heartbeat_timeout_min * 60,
-                            memory=self.memory, spill=self.spill,
-                            single_buffer_spill_bytes=hs.memory_single_buffer_max_spill_size,
-                            huge_threshold_bytes=ac.partition_limit_threshold if ac.partition_limit_enable else None,
-                            huge_spill_bytes=ac.huge_partition_memory_single_buffer_max_spill_size,
-                            meta=meta_log, limits=app_limits)
+                            memory=self.memory, spill=self.spill, single_buffer_spill_bytes=None,
+                            meta=meta_log, limits=app_limits, spill_limits=spill_limits)
 
-        ledger = AppManagerLedger()
+        hc = cfg.historical_apps_config
+        # the finished apps behind /apps/history; the SLED backend's file is loaded off the loop
+        self.app_history = await asyncio.get_running_loop().run_in_executor(None, partial(
+            open_app_history, backend=hc.backend if hc else None, retention_days=hc.retention_days if hc else None,
+            db_path=hc.db_path if hc else None, max_apps=hc.max_apps if hc else 1000,
+            now_ms=lambda: int(self.clock.time() * 1000)))
+        ledger = AppManagerLedger(history=self.app_history)
         self.app_manager = await system.start_child(None, ChildSpec("app_manager", lambda: AppManagerActor(
             directory=self.directory, app_factory=app_factory, memory=self.memory,
             # the HDFS writer takes the disks' PurgeFiles / UnfenceApp too: purges delete the app's HDFS files
@@ -493,10 +521,55 @@ class ShuffleServer:
                                                              lifecycle=self.lifecycle, credentials=credentials)
         await self._start_heartbeat(self.admin)
         self._start_metrics_push(self.admin)
+        self._start_reload()
         logger.info("riffle-server {} listening: grpc {}:{} http {}:{}{}, memory {} bytes, data paths {}",
                     __version__, cfg.grpc_bind_address, self.grpc_port, cfg.http_bind_address, self.http_port,
                     f" urpc {cfg.urpc_bind_address}:{self.urpc_port}" if self._urpc else "",
                     cfg.memory_store.capacity, cfg.localfile_store.data_paths)
+
+    def _start_reload(self) -> None:
+        """``conf_reload_enable``: the periodic re-read of the config file (``riffle_actors.reconf``)."""
+        if not self.cfg.conf_reload_enable:
+            return
+        if self.config_path is None:
+            logger.warning("conf_reload_enable: this server was not started from a config file; nothing to re-read")
+            return
+        self.reloader = ConfigReloader(self.config_path, current=lambda: self.cfg, apply=self.apply_reload,
+                                       load=self._load_config_fn)
+        self.reloader.remember_current_file()
+        self._reload_task = asyncio.get_running_loop().create_task(self.reloader.run(), name="conf-reload")
+        logger.info("conf_reload_enable: {} is read again every {}s; reloadable keys: {}", self.config_path,
+                    self.cfg.conf_reload_interval_sec, ", ".join(RELOADABLE))
+
+    def apply_reload(self, new: ServerConfig, changes: dict[str, tuple[Any, Any]]) -> None:
+        """A reloaded config whose changes are all in ``RELOADABLE``: applied in this one synchronous step
+        (the event loop runs nothing else meanwhile, so no request sees half of it)."""
+        ac, hs = new.app_config, new.hybrid_store
+        limits = self.spill_limits
+        if limits is not None:  # shared by every app: their partitions read it on their next write
+            limits.huge_threshold_bytes = ac.partition_limit_threshold if ac.partition_limit_enable else None
+            limits.split_threshold_bytes = ac.partition_split_threshold if ac.partition_split_enable else None
+        self.service.huge_partition_limit_bytes = (
+            int(new.memory_store.capacity * ac.partition_limit_memory_backpressure_ratio)
+            if ac.partition_limit_enable else None)
+        self.cfg = new  # a restarted MemoryManager takes its watermarks from here
+        if any(k.startswith("hybrid_store.") for k in changes):
+            try:
+                self.memory.tell_nowait(SetWatermarks(high_watermark=hs.memory_spill_high_watermark,
+                                                      low_watermark=hs.memory_spill_low_watermark,
+                                                      sensitive=hs.sensitive_watermark_spill_enable))
+            except (MailboxFullError, ActorDeadError):
+                pass  # its next incarnation starts with self.cfg's
+        limiter = new.localfile_store.io_limiter
+        if "localfile_store.io_limiter.capacity" in changes and limiter is not None:
+            for res in self._disk_resources.values():
+                if res.throttle is not None:
+                    res.throttle.set_capacity(limiter.capacity)
+        if "log.level" in changes or "log.log_level" in changes:
+            if os.environ.get("RUST_LOG", "").strip():
+                logger.warning("config reload: the log level stays as RUST_LOG sets it")
+            elif not set_log_level(new.log.effective_level):
+                logger.info("config reload: no log sinks of the daemon here; the log level is unchanged")
 
     def _start_metrics_push(self, admin: AdminService) -> None:
         """``[metrics] push_gateway_endpoint``: push to a Pushgateway as Riffle does (job ``uniffle-worker``,
@@ -562,6 +635,10 @@ class ShuffleServer:
         if self._pusher_task is not None:  # [metrics] push_gateway_endpoint
             self._pusher_task.cancel()
             self._pusher_task = None
+        if self._reload_task is not None:  # conf_reload_enable
+            self._reload_task.cancel()
+            await asyncio.gather(self._reload_task, return_exceptions=True)
+            self._reload_task = None
         if self._grpc is not None:
             await self._grpc.stop(min(grace, 5.0))
             self._grpc = None
@@ -594,6 +671,8 @@ class ShuffleServer:
             res.close()
         if self.hdfs_resources is not None:
             self.hdfs_resources.close()
+        if self.app_history is not None:  # writes what is queued (the purges of this stop included)
+            await asyncio.get_running_loop().run_in_executor(None, self.app_history.close)
         if self._locks is not None:  # last: nothing of this server touches the data paths any more
             self._locks.release()
             self._locks = None
@@ -607,7 +686,8 @@ async def serve(cfg: ServerConfig, stop_event: asyncio.Event, ports) -> int:
     threads = cfg.runtime_config.default_thread_num
     if threads is not None:  # Riffle's default runtime ~ the loop's default executor (the daemon only)
         asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(threads, thread_name_prefix="default"))
-    server = ShuffleServer(cfg, worker_ip=launch.worker_ip)
+    server = ShuffleServer(cfg, worker_ip=launch.worker_ip, config_path=_LOADED_FROM.get("path"),
+                           load_config_fn=_load_checked)
     server.request_stop = stop_event.set  # an operator's kill takes the SIGTERM path
     try:
         await server.start()
@@ -627,9 +707,14 @@ async def serve(cfg: ServerConfig, stop_event: asyncio.Event, ports) -> int:
     return 0
 
 
+#: the file the daemon's config came from (``_load_checked``), re-read under conf_reload_enable
+_LOADED_FROM: dict[str, str] = {}
+
+
 def _load_checked(path: str) -> ServerConfig:
     """``load_config`` plus the ``[admin]`` credentials and Riffle's launch variables (``LaunchEnv``),
     so an unusable one stops the start (exit 2)."""
+    _LOADED_FROM.setdefault("path", os.path.abspath(path))
     cfg = load_config(path)
     try:
         AdminCredentials.resolve(cfg.admin)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import NoReturn
 
 from riffle_actors.actors.app import (
@@ -70,6 +71,14 @@ from riffle_actors.runtime import ActorDeadError, ActorRef
 from riffle_actors.state.buffer import BLOCK_OVERHEAD_BYTES
 from riffle_actors.state.disk_health import DiskHealthBoard
 from riffle_actors.state.integrity import IntegrityLedger
+
+
+@dataclass(frozen=True, slots=True)
+class BufferGrant:
+    """requireBuffer's answer: the ticket, and the partitions the client should move elsewhere."""
+
+    ticket_id: int
+    split_partition_ids: tuple[int, ...] = ()
 
 
 def _check_ids(app_id: object, shuffle_id: object = 0, partition_ids: Iterable[object] = ()) -> None:
@@ -182,7 +191,14 @@ class ShuffleService:
 
     async def require_buffer(self, app_id: str, shuffle_id: int, size: int,
                              partition_ids: Sequence[int] = ()) -> int:
-        """A ticket id. ``partition_ids`` (requireBuffer field 4, sent by 0.10 clients) enable the
+        """A ticket id (``grant_buffer`` without the split partitions)."""
+        return (await self.grant_buffer(app_id, shuffle_id, size, partition_ids)).ticket_id
+
+    async def grant_buffer(self, app_id: str, shuffle_id: int, size: int,
+                           partition_ids: Sequence[int] = ()) -> BufferGrant:
+        """A ticket id, and the partitions named that the client should split (Riffle's partition split,
+        ``[app_config] partition_split_*``: requireBuffer's ``needSplitPartitionIds``; only clients that
+        send the partition ids, 0.10 and later, can be told, and only those from 0.10 read the field). ``partition_ids`` (requireBuffer field 4, sent by 0.10 clients) enable the
         huge-partition backpressure: NO_BUFFER_FOR_HUGE_PARTITION for a huge partition holding too much
         memory; a request naming no partition is never held back that way.
 
@@ -194,10 +210,11 @@ class ShuffleService:
         await _check_ids_in_steps(app_id, shuffle_id, partition_ids)
         if size < 0:
             raise InvalidRequestError(f"requireSize {size} is negative")
-        await self._ask_app(app_id, CheckBufferRequest(
+        split = await self._ask_app(app_id, CheckBufferRequest(
             shuffle_id=shuffle_id, partition_ids=tuple(partition_ids),
             limit_bytes=self.huge_partition_limit_bytes))
-        return await self.memory.ask(RequireBuffer(app_id=app_id, shuffle_id=shuffle_id, size=size))
+        ticket = await self.memory.ask(RequireBuffer(app_id=app_id, shuffle_id=shuffle_id, size=size))
+        return BufferGrant(ticket, tuple(split or ()))
 
     async def send_data(self, app_id: str, shuffle_id: int, ticket_id: int,
                         partitions: tuple[tuple[int, tuple[Block, ...]], ...]) -> int:

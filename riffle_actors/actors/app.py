@@ -16,6 +16,9 @@ Routing (one message per request per partition, never one per block):
   The reply (bytes accepted) comes once every part is readable; the ticket becomes used
   memory through the request's ``SendTicket`` (one ``CommitTicket`` per send).
 - getMemoryShuffleData: one ``ReadPart``; a partition without an actor has nothing in memory.
+- requireBuffer (``CheckBufferRequest``): registration, the huge-partition backpressure, and the
+  partitions named that are above Riffle's partition-split threshold (``[app_config]
+  partition_split_*``), which the reply's ``needSplitPartitionIds`` asks the client to move.
 - Spill rounds, huge partitions, ``/apps``, getLocalShuffleIndex/Data: answered from the size
   table (each partition's ``PartitionFigures``, which its actor keeps current), so the
   AppManager's watermark round costs one ask per app; the chosen partitions get a ``SpillPart``.
@@ -179,7 +182,8 @@ class GetPartitionDisks:
 class CheckBufferRequest:
     """requireBuffer: the app check, then NO_REGISTER unless the shuffle (and each partition named) is
     registered; then refused (``HugePartitionBackpressureError``) while one of the partitions is huge and
-    holds more than ``limit_bytes`` in memory (staging + in flight; None = the partition limit is off)."""
+    holds more than ``limit_bytes`` in memory (staging + in flight; None = the partition limit is off).
+    Replies with the partitions named that are above the split threshold (sorted; () when none)."""
 
     shuffle_id: int
     partition_ids: tuple[int, ...]
@@ -252,6 +256,7 @@ class ShuffleInfo:
     disks: tuple[str, ...]
     huge_partitions: int
     lost_blocks: int = 0  # reported blocks lost by the last restart (only in memory when it died)
+    huge_partition_bytes: tuple[int, ...] = ()  # bytes received by each huge partition
     hdfs_bytes: int = 0  # spilled to the HDFS tier (clients read it from HDFS)
     reported_block_ids: int = 0  # block ids reported by the tasks (reportShuffleResult)
 
@@ -270,6 +275,7 @@ class AppInfo:
     partition_actors: int = 0  # PartitionActors running (or starting) now
     recovered: bool = False  # rebuilt from disk at the server's start
     lost_blocks: int = 0  # reported blocks the restart found no data for (see ShuffleInfo.lost_blocks)
+    partition_split_triggered: bool = False  # a partition went above the split threshold (Riffle's flag)
 
 
 AppMsg = (RegisterShuffle | AppendBlocks | ReportShuffleResult | GetShuffleResult | GetMemoryData
@@ -288,14 +294,18 @@ class AppActor(Supervisor):
     def __init__(self, app_id: str, *, clock: Clock, heartbeat_timeout_s: float, memory: ActorRef,
                  spill: ActorRef, single_buffer_spill_bytes: int | None,
                  huge_threshold_bytes: int | None = None, huge_spill_bytes: int | None = None,
-                 meta: ShuffleMetaLog | None = None, limits: AppLimits | None = None):
+                 meta: ShuffleMetaLog | None = None, limits: AppLimits | None = None,
+                 spill_limits: SpillLimits | None = None):
         # no restarts below: a partition actor that ends is never replaced (see the module docstring)
         super().__init__(f"app:{app_id}", max_restarts=0, within_s=1.0, clock=clock)
         self.state = AppState(app_id, clock, heartbeat_timeout_s, limits)
         self.app_id = app_id
         self.memory = memory
         self.spill = spill
-        self.limits = SpillLimits(single_buffer_spill_bytes, huge_threshold_bytes, huge_spill_bytes)
+        # spill_limits: the server's instance, shared by every app and changed in place by a config reload
+        self.limits = (spill_limits if spill_limits is not None
+                       else SpillLimits(single_buffer_spill_bytes, huge_threshold_bytes, huge_spill_bytes))
+        self.split_triggered = False  # sticky: a split partition purged since still counts
         self._contexts: dict[int, PartitionContext] = {}  # shuffle id -> its incarnation's context
         self._to_start: deque[tuple[int, int, PartitionEntry]] = deque()
         self._starter: asyncio.Task[None] | None = None
@@ -382,8 +392,7 @@ class AppActor(Supervisor):
             case Heartbeat():
                 return None
             case CheckBufferRequest():
-                self._check_buffer_request(msg)
-                return None
+                return self._check_buffer_request(msg)
             case CommitShuffleTask(shuffle_id=sid):
                 shuffle = state.shuffle(sid)
                 shuffle.commit_count += 1
@@ -556,15 +565,32 @@ class AppActor(Supervisor):
             self._deliver(sid, pid, shuffle.partition(pid), AppendPart(blocks, ticket))
         return reply
 
-    def _check_buffer_request(self, msg: CheckBufferRequest) -> None:
+    def _check_buffer_request(self, msg: CheckBufferRequest) -> tuple[int, ...]:
         """Registration (NO_REGISTER, as a send would answer), then the partition-limit backpressure
-        (Riffle's huge partitions), from the size table."""
+        (Riffle's huge partitions), from the size table; the split partitions among those named."""
         shuffle = self.state.shuffle(msg.shuffle_id)
         for pid in msg.partition_ids:
             if not shuffle.is_registered(pid):
                 raise NoRegisterError(f"partition {pid} of shuffle {msg.shuffle_id} is not registered")
-        if msg.limit_bytes is None:
-            return
+        if msg.limit_bytes is not None:
+            self._check_huge_backpressure(shuffle, msg)
+        split: set[int] = set()
+        threshold = self.limits.split_threshold_bytes
+        if threshold is not None:
+            for pid in msg.partition_ids:
+                entry = shuffle.partitions.get(pid)
+                # marked on a write above the threshold (for good, as Riffle), or above a threshold
+                # lowered by a config reload since its last write
+                if entry is not None and (entry.figures.split or entry.figures.total_bytes > threshold):
+                    split.add(pid)
+        if split and not self.split_triggered:
+            self.split_triggered = True
+            self.log.warning("app {}: partition split asked for partitions {} of shuffle {} (above "  # noqa: PLE1205
+                             "partition_split_threshold)", self.app_id, sorted(split), msg.shuffle_id)
+        return tuple(sorted(split))
+
+    def _check_huge_backpressure(self, shuffle: ShuffleState, msg: CheckBufferRequest) -> None:
+        assert msg.limit_bytes is not None
         for pid in msg.partition_ids:
             entry = shuffle.partitions.get(pid)
             if entry is None:
@@ -666,10 +692,13 @@ class AppActor(Supervisor):
                 reported_partitions=len(sh.reported),
                 disks=tuple(sorted({d for f in figures for d in f.disks})),
                 huge_partitions=sum(1 for f in figures if f.huge),
+                huge_partition_bytes=tuple(f.total_bytes for f in figures if f.huge),
                 lost_blocks=sh.lost_blocks,
                 hdfs_bytes=sum(f.hdfs_bytes for f in figures),
                 reported_block_ids=sum(len(ids) for ids in sh.reported.values()),
             )
         return AppInfo(s.app_id, s.user, s.registered_epoch_ms, s.clock.monotonic() - s.last_seen_monotonic,
                        shuffles, s.partition_count(), staging + in_flight, in_flight, s.received_bytes(),
-                       actors, self.recovered, sum(sh.lost_blocks for sh in s.shuffles.values()))
+                       actors, self.recovered, sum(sh.lost_blocks for sh in s.shuffles.values()),
+                       self.split_triggered or any(e.figures.split for sh in s.shuffles.values()
+                                                   for e in sh.partitions.values()))

@@ -8,7 +8,10 @@ update, since everything runs on one thread).
 A purge (unregister, heartbeat expiry, or the crash of an AppActor seen through death
 watch) stops the AppActor, gives its memory and tickets back to the MemoryManager, deletes
 its files on every disk (the Disk actors fence the app so late spills are dropped) and
-records the app in a bounded history. Purges never block the event loop: file deletion
+records the app in the history (``riffle_actors.io.app_history``: bounded, kept ``retention_days``
+and, with ``historical_apps_config.backend = "SLED"``, on disk), with Riffle's per-app totals read
+from the AppActor just before it stops (received bytes, partitions, huge partitions and their
+sizes, whether a partition split was asked for). Purges never block the event loop: file deletion
 runs on the disks' threads.
 
 Its mailbox never waits on an app. Everything that needs answers from AppActors is a
@@ -42,7 +45,6 @@ See also: ``riffle_actors.actors.app`` (one app), ``riffle_actors.actors.memory`
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
@@ -51,12 +53,13 @@ from typing import Any, TypeVar
 from loguru import logger
 
 from riffle_actors.runtime import Actor, ActorDeadError, ActorRef, ChildSpec, RestartPolicy, Terminated
-from riffle_actors.actors.app import AppActor, GetAppInfo, GetSpillCandidates, IsExpired, PurgeShuffle, \
+from riffle_actors.actors.app import AppActor, AppInfo, GetAppInfo, GetSpillCandidates, IsExpired, PurgeShuffle, \
     SpillAll, SpillPartitions
 from riffle_actors.actors.storage_messages import PurgeFiles, UnfenceApp
 from riffle_actors.actors.memory import PurgeAppMemory, SpillLargest, SpillRoundDone
 from riffle_actors.runtime import Clock
 from riffle_actors.errors import AccessDeniedError, InvalidRequestError, RiffleError
+from riffle_actors.io.app_history import AppHistory
 from riffle_actors.protocol import ids
 from riffle_actors.protocol.errors import ProtocolError
 from riffle_actors.state.app_sweep import Answer, ExpiryBook, RoundGate, SpillCandidate, pick_spill
@@ -75,6 +78,27 @@ def check_app_id(app_id: str) -> None:
         raise InvalidRequestError(f"invalid {e}") from None
 
 
+def history_record(app_id: str, reason: str, end_ms: int, info: AppInfo | None) -> dict[str, Any]:
+    """One finished app in Riffle's ``/apps/history`` form (its ``HistoricalAppInfo`` fields) plus
+    ``reason`` and ``purged_epoch_ms``. The huge-partition min/avg/max are 0 without huge partitions
+    (Riffle shows u64::MAX as the min then)."""
+    huge = [b for sh in info.shuffles.values() for b in sh.huge_partition_bytes] if info is not None else []
+    return {
+        "app_id": app_id,
+        "reason": reason,
+        "purged_epoch_ms": end_ms,
+        "total_bytes": info.received_bytes if info is not None else 0,
+        "partition_num": info.partition_count if info is not None else 0,
+        "huge_partition_num": len(huge),
+        "avg_huge_partition_bytes": sum(huge) // len(huge) if huge else 0,
+        "max_huge_partition_bytes": max(huge, default=0),
+        "min_huge_partition_bytes": min(huge, default=0),
+        "start_timestamp": info.registered_epoch_ms if info is not None else 0,
+        "end_timestamp": end_ms,
+        "partition_split_triggered": info.partition_split_triggered if info is not None else False,
+    }
+
+
 class AppDirectory(dict[str, ActorRef]):
     """app id -> AppActor ref; mutated only by the AppManagerActor."""
 
@@ -84,11 +108,11 @@ class AppManagerLedger:
     decided and not finished (re-run by the next incarnation: every step of a purge is idempotent),
     the spill round it owes an answer to, and the purge history. The server creates it once."""
 
-    def __init__(self, history_size: int = 1000) -> None:
+    def __init__(self, history_size: int = 1000, history: AppHistory | None = None) -> None:
         # (app id, shuffle id or None for the whole app) -> (the AppActor judged, reason); insertion order
         self.purges: dict[tuple[str, int | None], tuple[ActorRef | None, str]] = {}
         self.round_reply_to: ActorRef | None = None  # a SpillLargest being served: answer it after a crash
-        self.history: deque[dict] = deque(maxlen=history_size)
+        self.history: AppHistory = history if history is not None else AppHistory(max_apps=history_size)
         self.purged_total = 0
 
 
@@ -246,7 +270,7 @@ class AppManagerActor(Actor):
             case ListApps():
                 return self._list_apps()
             case GetHistory():
-                return list(self.ledger.history)
+                return self.ledger.history.list()
             case FlushAllApps():
                 return self._flush_all()
             case SpillLargest():
@@ -315,7 +339,8 @@ class AppManagerActor(Actor):
         logger.bind(app_id=app_id).info("app {} registered", app_id)
         return ref
 
-    def _purge(self, app_id: str, reason: str, *, ref: ActorRef | None = None) -> asyncio.Task[None] | None:
+    def _purge(self, app_id: str, reason: str, *, ref: ActorRef | None = None,
+               ask_info: bool = True) -> asyncio.Task[None] | None:
         """Purge ``app_id`` (only while its AppActor is still ``ref``, when given): exactly once per actor.
 
         The app leaves the directory at once, so no request reaches it any more; stopping it and
@@ -328,9 +353,11 @@ class AppManagerActor(Actor):
         else:
             ref = self.directory.pop(app_id, None)
         self.ledger.purges[(app_id, None)] = (ref, reason)  # from now on it happens, crash or not
-        return self._app_step(app_id, partial(self._release_app, app_id, ref, reason))
+        return self._app_step(app_id, partial(self._release_app, app_id, ref, reason, ask_info=ask_info))
 
-    async def _release_app(self, app_id: str, ref: ActorRef | None, reason: str) -> None:
+    async def _release_app(self, app_id: str, ref: ActorRef | None, reason: str, *, ask_info: bool = True) -> None:
+        # the history's figures; not asked of an app purged for not answering (it would not now either)
+        info = await self._final_info(ref) if ref is not None and ask_info else None
         if ref is not None:
             await ref.stop()
         await self.memory.tell(PurgeAppMemory(app_id=app_id))
@@ -339,9 +366,13 @@ class AppManagerActor(Actor):
         ledger = self.ledger
         ledger.purges.pop((app_id, None), None)
         ledger.purged_total += 1
-        ledger.history.append({"app_id": app_id, "reason": reason,
-                               "purged_epoch_ms": int(self.clock.time() * 1000)})
+        ledger.history.record(history_record(app_id, reason, int(self.clock.time() * 1000), info))
         logger.bind(app_id=app_id).info("app {} purged: {}", app_id, reason)
+
+    async def _final_info(self, ref: ActorRef) -> AppInfo | None:
+        """The app's figures for its history record (None: it does not answer in time, or is gone)."""
+        answer = (await self._ask_apps({"": (ref, GetAppInfo())}, self.app_ask_timeout_s))[""]
+        return answer if isinstance(answer, AppInfo) else None  # NO_ANSWER or the error it failed with
 
     async def _purge_shuffle(self, app_id: str, shuffle_id: int) -> None:
         ref = self.directory.get(app_id)
@@ -405,7 +436,8 @@ class AppManagerActor(Actor):
         refs = dict(self.directory)
         answers = await self._ask_apps({a: (r, IsExpired()) for a, r in refs.items()}, self.app_ask_timeout_s)
         verdicts = {app_id: _expiry_answer(answer) for app_id, answer in answers.items()}
-        purges = [self._purge(app_id, reason, ref=refs[app_id]) for app_id, reason in self.expiry.decide(verdicts)]
+        purges = [self._purge(app_id, reason, ref=refs[app_id], ask_info=answers[app_id] is not NO_ANSWER)
+                  for app_id, reason in self.expiry.decide(verdicts)]
         await asyncio.gather(*(p for p in purges if p is not None))
 
     async def _spill_rounds(self, msg: SpillLargest | None) -> None:

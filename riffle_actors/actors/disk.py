@@ -129,6 +129,17 @@ class DiskThrottle:
             self._on_charged(op, n, wait)
         return wait
 
+    def set_capacity(self, capacity: int) -> None:
+        """A config reload: ``capacity`` bytes per second (and burst) from now on; what is owed stays
+        owed, tokens above the new burst are dropped."""
+        if capacity <= 0:
+            raise ValueError("capacity must be positive")
+        with self._lock:
+            b = self.bucket
+            b.tokens(self._clock())  # refill at the old rate up to now
+            b.rate = b.capacity = float(capacity)
+            b._tokens = min(b._tokens, b.capacity)
+
     def wait(self, op: str, n: int) -> float:
         """Charge ``n`` bytes of ``op`` ("read" or "write"), sleep the wait; the seconds slept."""
         if n <= 0:

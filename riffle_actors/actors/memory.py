@@ -6,7 +6,12 @@ one-shot ticket (NO_BUFFER past the app's share of tickets: ``app_max_ticket_byt
 buffer, converts the reservation into used bytes. Tickets not used in time are released by
 ``ExpireTickets`` (told by the timer). When memory not already being spilled rises above the
 high watermark, it asks the AppManager to spill the largest buffers down to the low
-watermark, one round at a time.
+watermark, one round at a time. With ``[hybrid_store] sensitive_watermark_spill_enable`` (Riffle's
+"sensitive" mode) the bytes being spilled count too: used memory, in flight included, above the high
+watermark starts a round (still sized on the bytes not in flight, down to the low watermark, and
+skipped when those are below it already), so a slow disk that keeps memory in flight makes the
+server spill more of the rest instead of waiting for the flights to finish. ``SetWatermarks``
+changes both watermarks (and the mode) live (``conf_reload_enable``).
 
 **What survives a crash** (a permanent child of the root). The accounting: the ``MemoryBudget``
 and the ``TicketBook`` are the server's, handed to every incarnation, and every message changes
@@ -91,6 +96,15 @@ class GetBudget:
     pass
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetWatermarks:
+    """A config reload: the new ``[hybrid_store]`` watermarks (ratios of capacity) and sensitive mode."""
+
+    high_watermark: float
+    low_watermark: float
+    sensitive: bool
+
+
 @dataclass(frozen=True, slots=True)
 class AttachAppManager:
     """Tells the MemoryManager where to send spill rounds (the two actors refer to each other)."""
@@ -118,7 +132,7 @@ class SpillLargest:
 _SPILL_ROUND_TIMEOUT_S = 30.0
 
 MemoryMsg = (RequireBuffer | TakeTicket | CommitTicket | MarkInFlight | ReleaseMemory | PurgeAppMemory
-             | ExpireTickets | SpillRoundDone | GetBudget | AttachAppManager)
+             | ExpireTickets | SpillRoundDone | GetBudget | AttachAppManager | SetWatermarks)
 
 
 class MemoryManagerActor(Actor):
@@ -127,7 +141,7 @@ class MemoryManagerActor(Actor):
 
     def __init__(self, *, budget: MemoryBudget, tickets: TicketBook, high_watermark: float, low_watermark: float,
                  clock: Clock, app_manager: ActorRef | None = None, app_max_ticket_bytes: int | None = None,
-                 app_max_tickets: int | None = None):
+                 app_max_tickets: int | None = None, sensitive_watermark: bool = False):
         # budget and tickets are created by the server and handed to every incarnation, so a
         # restart of this actor keeps the accounting of the memory that is really in use
         self.budget = budget
@@ -135,6 +149,8 @@ class MemoryManagerActor(Actor):
         self.clock = clock
         self.high_bytes = int(budget.capacity * high_watermark)
         self.low_bytes = int(budget.capacity * low_watermark)
+        # [hybrid_store] sensitive_watermark_spill_enable: in-flight bytes count in the high-watermark test
+        self.sensitive_watermark = sensitive_watermark
         self.app_manager = app_manager
         # [memory_store] app_buffer_ticket_max_ratio x capacity / app_buffer_ticket_max_number; None = unbounded
         self.app_max_ticket_bytes = app_max_ticket_bytes
@@ -195,6 +211,11 @@ class MemoryManagerActor(Actor):
                     self._maybe_spill()
             case AttachAppManager(app_manager=ref):
                 self.app_manager = ref
+            case SetWatermarks(high_watermark=high, low_watermark=low, sensitive=sensitive):
+                self.high_bytes = int(self.budget.capacity * high)
+                self.low_bytes = int(self.budget.capacity * low)
+                self.sensitive_watermark = sensitive
+                self._maybe_spill()
             case GetBudget():
                 return BudgetReport(self.budget.snapshot(), len(self.tickets), self.expired_tickets_total,
                                     self.spill_rounds_total, self._above_high_since)
@@ -237,7 +258,11 @@ class MemoryManagerActor(Actor):
         pressure = self.budget.used + self.budget.allocated
         if spillable <= 0:
             return
-        if spillable > self.high_bytes or (force and pressure > self.high_bytes):
+        # Riffle's ratio: (used - in_flight) / capacity, or used / capacity in the sensitive mode
+        measured = self.budget.used if self.sensitive_watermark else spillable
+        if measured > self.high_bytes or (force and pressure > self.high_bytes):
+            if self.sensitive_watermark and spillable <= self.low_bytes and not force:
+                return  # Riffle: nothing to spill when what is not in flight is below the low watermark
             target = max(spillable - self.low_bytes, 1)
             try:
                 self.app_manager.tell_nowait(SpillLargest(target_bytes=target, reply_to=self.ref))

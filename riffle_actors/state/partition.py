@@ -2,7 +2,8 @@
 
 Owns, for one (app, shuffle incarnation, partition): the ``PartitionBuffer`` (staging and
 in-flight batches, the block ids ever accepted, the read cursor), where the partition's
-spilled files live (``disks``, first use first), whether it is huge, and the spill
+spilled files live (``disks``, first use first), whether it is huge (and whether it is above
+Riffle's partition-split threshold: ``split``), and the spill
 decisions: when an append makes staging reach the spill size (the huge spill size once the
 partition is huge), ``append`` says so and ``start_spill`` turns staging into an in-flight
 batch (sorted by task attempt for LOCAL_ORDER shuffles). Pure and synchronous: the actor
@@ -28,13 +29,19 @@ from riffle_actors.state.buffer import Flight, PartitionBuffer
 from riffle_actors.state.tier_policy import HDFS_TIER
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SpillLimits:
-    """Spill sizes of every partition of an app (``[hybrid_store]`` / ``[app_config]``); None = off."""
+    """Spill sizes of every partition of an app (``[hybrid_store]`` / ``[app_config]``); None = off.
+
+    One instance may be shared by every app of the server and changed in place by a config reload
+    (``conf_reload_enable``): the partitions read it as they append, on the same event loop, so a
+    change applies to every partition at once (their next append) and is never seen half made."""
 
     single_buffer_bytes: int | None = None
     huge_threshold_bytes: int | None = None  # received bytes above which a partition is huge
     huge_spill_bytes: int | None = None  # spill size of a huge partition
+    # received bytes above which the client is asked to split the partition (Riffle's partition split)
+    split_threshold_bytes: int | None = None
 
     def spill_size(self, huge: bool) -> int | None:
         if huge and self.huge_spill_bytes is not None:
@@ -45,7 +52,8 @@ class SpillLimits:
 class PartitionFigures:
     """One partition's line in its app's size table; written by its ``PartitionState`` only."""
 
-    __slots__ = ("disk_bytes", "disks", "hdfs_bytes", "huge", "in_flight_bytes", "staging_bytes", "total_bytes")
+    __slots__ = ("disk_bytes", "disks", "hdfs_bytes", "huge", "in_flight_bytes", "split", "staging_bytes",
+                 "total_bytes")
 
     def __init__(self) -> None:
         self.staging_bytes = 0
@@ -55,6 +63,7 @@ class PartitionFigures:
         self.disks: tuple[str, ...] = ()  # where the spilled files live, first use first
         self.hdfs_bytes = 0  # block bytes acknowledged on HDFS (read by clients from HDFS, never here)
         self.huge = False
+        self.split = False  # above the split threshold once: requireBuffer names it in needSplitPartitionIds
 
     @property
     def memory_bytes(self) -> int:
@@ -62,7 +71,8 @@ class PartitionFigures:
 
     def __repr__(self) -> str:
         return (f"PartitionFigures(staging={self.staging_bytes}, in_flight={self.in_flight_bytes}, "
-                f"total={self.total_bytes}, disk={self.disk_bytes}, disks={self.disks}, huge={self.huge})")
+                f"total={self.total_bytes}, disk={self.disk_bytes}, disks={self.disks}, huge={self.huge}, "
+                f"split={self.split})")
 
 
 class PartitionState:
@@ -70,12 +80,12 @@ class PartitionState:
 
     __slots__ = ("_base_total", "buffer", "figures", "limits", "local_order")
 
-    def __init__(self, figures: PartitionFigures | None = None, limits: SpillLimits = SpillLimits(),
+    def __init__(self, figures: PartitionFigures | None = None, limits: SpillLimits | None = None,
                  local_order: bool = False) -> None:
         self.buffer = PartitionBuffer()
         self.figures = figures if figures is not None else PartitionFigures()
         self._base_total = self.figures.total_bytes  # received before this state (a restart's recovered bytes)
-        self.limits = limits
+        self.limits = limits if limits is not None else SpillLimits()
         self.local_order = local_order
 
     # ------------------------------------------------------------------ writes
@@ -93,6 +103,9 @@ class PartitionState:
         threshold = self.limits.huge_threshold_bytes
         if not f.huge and threshold is not None and f.total_bytes > threshold:
             f.huge = became_huge = True
+        split = self.limits.split_threshold_bytes
+        if not f.split and split is not None and f.total_bytes > split:
+            f.split = True  # for good, as Riffle: the client moves the partition's next writes elsewhere
         return accepted, dropped, became_huge
 
     def should_spill(self) -> bool:

@@ -261,9 +261,10 @@ class ShuffleServerServicer(pb_grpc.ShuffleServerServicer):
 
     async def requireBuffer(self, request, context):
         async def body():
-            ticket = await self.service.require_buffer(request.appId, request.shuffleId, request.requireSize,
-                                                       tuple(request.partitionIds))
-            return {"requireBufferId": ticket}
+            grant = await self.service.grant_buffer(request.appId, request.shuffleId, request.requireSize,
+                                                    tuple(request.partitionIds))
+            # Riffle's partition split: the client (0.10+) reassigns these partitions to other servers
+            return {"requireBufferId": grant.ticket_id, "needSplitPartitionIds": grant.split_partition_ids}
 
         def make(status, retMsg, **fields):
             if status != StatusCode.SUCCESS:

@@ -319,9 +319,13 @@ level = "INFO"
 """
 
 
-def _server_toml(d: Daemon, quorum: str, data_dir: Path, hdfs_remote: str = "") -> str:
-    """``hdfs_remote``: the HDFS tier on, with that base allowed (the coordinator hands clients the same path)."""
-    extra = HDFS_SERVER_SECTIONS if hdfs_remote else {}
+def _server_toml(d: Daemon, quorum: str, data_dir: Path, hdfs_remote: str = "",
+                 sections: dict[str, str] | None = None) -> str:
+    """``hdfs_remote``: the HDFS tier on, with that base allowed (the coordinator hands clients the same path).
+    ``sections``: more lines for ``[hybrid_store]`` / ``[app_config]`` (section name -> TOML lines)."""
+    extra = dict(HDFS_SERVER_SECTIONS if hdfs_remote else {})
+    for name, lines in (sections or {}).items():
+        extra[name] = extra.get(name, "") + lines
     hdfs_store = f"\n[[hdfs_store.remote_storage]]\npath = {toml_str(hdfs_remote)}\n" if hdfs_remote else ""
     return f"""\
 store_type = "{'MEMORY_LOCALFILE_HDFS' if hdfs_remote else 'MEMORY_LOCALFILE'}"
@@ -364,8 +368,9 @@ def _daemon(root: Path, name: str, module: str) -> Daemon:
     )
 
 
-def start_cluster(root: Path, hdfs_remote: str = "") -> Cluster:
-    """``hdfs_remote``: the HDFS tier on (servers MEMORY_LOCALFILE_HDFS, the coordinator's remote storage)."""
+def start_cluster(root: Path, hdfs_remote: str = "", server_sections: dict[str, str] | None = None) -> Cluster:
+    """``hdfs_remote``: the HDFS tier on (servers MEMORY_LOCALFILE_HDFS, the coordinator's remote storage);
+    ``server_sections``: more ``[hybrid_store]`` / ``[app_config]`` lines for every server."""
     coord = _daemon(root, "coordinator", "riffle_actors.coordinator")
     coord.config.write_text(_coordinator_toml(coord, hdfs_remote))
     cluster = Cluster(root=root, coordinator=coord, memory_capacity=parse_size(SERVER_MEMORY))
@@ -375,7 +380,8 @@ def start_cluster(root: Path, hdfs_remote: str = "") -> Cluster:
             s = _daemon(root, f"server{i + 1}", "riffle_actors.server")
             data = s.workdir / "d1"
             data.mkdir()
-            s.config.write_text(_server_toml(s, cluster.quorum, data, hdfs_remote=hdfs_remote))
+            s.config.write_text(_server_toml(s, cluster.quorum, data, hdfs_remote=hdfs_remote,
+                                             sections=server_sections))
             cluster.servers.append(s)
             s.start()
         cluster.wait_servers_active()
@@ -484,7 +490,7 @@ def rss_conf(jar: Path, cluster: Cluster, client_type: str = CLIENT_TYPE) -> dic
 
 
 # group → (wall-clock limit of the whole application, per-job cancel limit), seconds
-GROUP_LIMITS = {"core": (900, 240), "spill": (600, 420), "hdfs": (600, 300), "tpcds": (900, 180), "tpcds_all": (2400, 180)}
+GROUP_LIMITS = {"core": (900, 240), "spill": (600, 420), "hdfs": (600, 300), "split": (600, 300), "tpcds": (900, 180), "tpcds_all": (2400, 180)}
 
 
 @dataclass

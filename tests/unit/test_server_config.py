@@ -187,3 +187,12 @@ def test_hdfs_remote_storage_allow_list_is_normalized_and_checked() -> None:
     twice = problems_of(with_paths(hdfs_store={"remote_storage": [{"path": "hdfs://nn/rss"},
                                                                   {"path": "hdfs://nn/rss/"}]}))
     assert "same path twice" in twice["hdfs_store.remote_storage"]
+
+
+def test_partition_split_threshold_must_be_below_the_partition_limit() -> None:
+    both = {"partition_split_enable": True, "partition_limit_enable": True, "partition_limit_threshold": "1G"}
+    problems = problems_of(with_paths(app_config={**both, "partition_split_threshold": "1G"}))
+    assert "must be below partition_limit_threshold" in problems["app_config.partition_split_threshold"]
+    validate_config(ServerConfig, with_paths(app_config={**both, "partition_split_threshold": "512M"}))
+    # either alone: no constraint (Riffle checks only when both are on)
+    validate_config(ServerConfig, with_paths(app_config={"partition_split_enable": True}))

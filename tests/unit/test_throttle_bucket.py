@@ -114,3 +114,17 @@ def test_io_limiter_is_a_key_of_ours_no_not_yet_warning():
     assert cfg.localfile_store.io_limiter.capacity == M
     assert cfg.localfile_store.io_limiter.write_enable is True
     assert not [m for _, m in riffle_key_notes(cfg) if "io_limiter" in m]
+
+
+def test_set_capacity_changes_the_rate_and_burst_from_now_on():
+    """A config reload of ``io_limiter.capacity``: what is owed stays owed, the new rate pays it off."""
+    clock = _Clock()
+    t = DiskThrottle(1000, clock=clock, sleep=clock.sleep)
+    assert t.wait("write", 1500) == pytest.approx(0.5)  # 500 owed at 1000/s
+    t.set_capacity(250)
+    assert t.wait("write", 250) == pytest.approx(3.0)  # 750 owed at 250/s
+    t.set_capacity(4000)
+    clock.now += 10  # refills to the new burst only
+    assert t.bucket.tokens(clock.now) == pytest.approx(4000)
+    with pytest.raises(ValueError):
+        t.set_capacity(0)
