@@ -393,6 +393,16 @@ class Metrics:
         self.disk_throttle_bytes = Counter(
             "riffle_disk_throttle_bytes", "bytes charged to the disk throttle (io_limiter); op read or write",
             ["disk", "op"], registry=r)
+        self.index_inconsistencies = Counter(
+            "riffle_localfile_index_inconsistencies", "index reads whose last record does not end where the data "
+            "file ends (index_consistency_detection_enable)", ["disk"], registry=r)
+        # [localfile_store.read_ahead_options]: counted on the event loop as each load ends
+        self.read_ahead = Counter(
+            "riffle_localfile_read_ahead", "read-ahead loads (posix_fadvise WILLNEED) by kind (sequential, "
+            "read_plan) and outcome (loaded, gone, missed, ignored, failed)", ["disk", "kind", "outcome"], registry=r)
+        self.read_ahead_bytes = Counter(
+            "riffle_localfile_read_ahead_bytes", "bytes asked of the kernel by loaded read-aheads",
+            ["disk", "kind"], registry=r)
         self.held_reply_bytes = Gauge(
             "riffle_server_held_reply_bytes", "read reply bytes held over gRPC and urpc (being read, or sent and "
             "not yet taken by the client); bounded by max_reply_bytes", registry=r)
@@ -411,6 +421,12 @@ class Metrics:
         self.spill_bytes.labels(disk).inc(data_bytes)
         self.spill_batch_bytes.observe(data_bytes)
         self.spill_seconds.labels(disk).observe(seconds)
+
+    def on_read_ahead(self, disk: str, kind: str, outcome: str, nbytes: int) -> None:
+        """One read-ahead load ended (``DiskReadAhead.on_advised``)."""
+        self.read_ahead.labels(disk, kind, outcome).inc()
+        if outcome == "loaded":
+            self.read_ahead_bytes.labels(disk, kind).inc(nbytes)
 
     def on_disk_throttle(self, disk: str, op: str, nbytes: int, wait_s: float) -> None:
         """One charge of a disk's throttle (called on its IO thread)."""
