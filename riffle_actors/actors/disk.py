@@ -228,7 +228,10 @@ class DiskReadAhead:
         exc = fut.exception()
         if exc is not None:
             logger.bind(disk=self.name).warning("disk {}: read-ahead of {} bytes failed: {!r}", self.name, nbytes, exc)
-        self._count(kind, "failed" if exc is not None else fut.result(), nbytes)
+            self._count(kind, "failed", nbytes)
+            return
+        outcome, advised = fut.result()
+        self._count(kind, outcome, advised if outcome == "loaded" else nbytes)
 
     def _count(self, kind: str, outcome: str, nbytes: int) -> None:
         if self.on_advised is not None:
@@ -236,12 +239,14 @@ class DiskReadAhead:
 
 
 def _advise(local_io: LocalIO, root: str, key: tuple[str, int, int], load: tuple[int, int],
-            cursor: PlanCursor | None) -> str:
-    """On a read-ahead thread: load one range unless its reader passed it meanwhile."""
+            cursor: PlanCursor | None) -> tuple[str, int]:
+    """On a read-ahead thread: load one range unless its reader passed it meanwhile; (outcome, bytes
+    asked of the kernel: the range cut at the file's end)."""
     offset, length = load
     if cursor is not None and offset < cursor.reading:
-        return "missed"
-    return "loaded" if local_io.advise_willneed(root, *key, offset, length) else "gone"
+        return "missed", 0
+    advised = local_io.advise_willneed(root, *key, offset, length)
+    return ("gone", 0) if advised is None else ("loaded", advised)
 
 
 def _read_index_checked(read, local_io: LocalIO, root: str, app_id: str, shuffle_id: int,

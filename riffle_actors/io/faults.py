@@ -180,7 +180,7 @@ class FaultyLocalIO:
         return self._run("read_data", args, lambda: self.inner.open_data(*args))
 
     def advise_willneed(self, root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int,
-                        length: int) -> bool:
+                        length: int) -> int | None:
         args = (root, app_id, shuffle_id, partition_id, offset, length)
         return self._run("advise_willneed", args, lambda: self.inner.advise_willneed(*args))
 

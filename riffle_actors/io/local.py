@@ -100,8 +100,9 @@ class LocalIO(Protocol):
         ...
 
     def advise_willneed(self, root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int,
-                        length: int) -> bool:
-        """Read-ahead: ask the kernel to load the range into the page cache; False if the file is gone."""
+                        length: int) -> int | None:
+        """Read-ahead: ask the kernel to load the range (cut at the file's end) into the page cache; the
+        bytes asked for, None if the file is gone."""
         ...
 
     def remove_app(self, root: str, app_id: str, shuffle_id: int | None = None, *, max_ops: int | None = None,
@@ -154,7 +155,7 @@ class RealLocalIO:
         return localfile.open_data(root, app_id, shuffle_id, partition_id, offset, length, direct=self.direct_read)
 
     def advise_willneed(self, root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int,
-                        length: int) -> bool:
+                        length: int) -> int | None:
         return localfile.advise_willneed(root, app_id, shuffle_id, partition_id, offset, length)
 
     def remove_app(self, root: str, app_id: str, shuffle_id: int | None = None, *, max_ops: int | None = None,

@@ -440,16 +440,20 @@ def _pread_direct(fd: int, data_path: str, offset: int, length: int) -> bytes:
             buf.close()
 
 
-def advise_willneed(root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int, length: int) -> bool:
+def advise_willneed(root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int,
+                    length: int) -> int | None:
     """Ask the kernel to read ``length`` bytes at ``offset`` of the data file into the page cache
-    (``POSIX_FADV_WILLNEED``, read-ahead); False when the file is gone (purged meanwhile)."""
+    (``POSIX_FADV_WILLNEED``, read-ahead), cut at the file's end; the bytes asked for, or None when
+    the file is gone (purged meanwhile)."""
     try:
         fd = _open_data_file(root, app_id, shuffle_id, partition_id).fd
     except FileNotFoundError:
-        return False
+        return None
     try:
-        os.posix_fadvise(fd, offset, length, os.POSIX_FADV_WILLNEED)
-        return True
+        length = max(0, min(length, os.fstat(fd).st_size - offset))
+        if length:
+            os.posix_fadvise(fd, offset, length, os.POSIX_FADV_WILLNEED)
+        return length
     finally:
         os.close(fd)
 
