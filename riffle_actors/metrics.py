@@ -118,6 +118,7 @@ RIFFLE_METRIC_NAMES = (
     "grpc_send_data_process_time", "grpc_get_memory_data_process_time", "grpc_get_localfile_data_process_time",
     "urpc_send_data_process_time", "urpc_get_memory_data_process_time", "urpc_get_localfile_data_process_time",
     "process_resident_memory_bytes", "process_virtual_memory_bytes",
+    "total_localfile_detected_in_consistency", "read_ahead_operations", "read_ahead_bytes",
 )
 
 _GRPC_SERVICE = "/rss.common.ShuffleServer/"
@@ -193,6 +194,14 @@ class _RiffleNamesCollector:
             ratio.add_metric([d.name], d.used / d.capacity if d.capacity else 0.0)
         yield from (disk_healthy, capacity, used, ratio)
 
+        yield _counter("total_localfile_detected_in_consistency", "index reads inconsistent with their data file "
+                       "(riffle_localfile_index_inconsistencies_total)",
+                       sum(v for _labels, v in _samples(m.index_inconsistencies)))
+        yield _counter("read_ahead_operations", "read-ahead loads asked of the kernel (riffle_localfile_read_ahead_total"
+                       "{outcome=\"loaded\"})",
+                       sum(v for labels, v in _samples(m.read_ahead) if labels.get("outcome") == "loaded"))
+        yield _counter("read_ahead_bytes", "bytes read ahead (riffle_localfile_read_ahead_bytes_total)",
+                       sum(v for _labels, v in _samples(m.read_ahead_bytes)))
         yield _counter("total_received_data", "block bytes received",
                        sum(v for _labels, v in _samples(m.received_bytes)))
         read = {labels["source"]: value for labels, value in _samples(m.read_bytes)}

@@ -159,6 +159,7 @@ async def test_an_index_inconsistent_with_its_data_file_is_logged_counted_and_se
         await index()
         m = await _metrics(srv)
         assert _sum(m, "riffle_localfile_index_inconsistencies_total", disk=disk) == 2
+        assert _sum(m, "total_localfile_detected_in_consistency") == 2  # Riffle's name of it
         assert sum("index inconsistency" in e for e in errors) == 2
         assert blocks
     finally:
@@ -252,6 +253,7 @@ async def test_sequential_read_ahead_loads_batches_ahead_of_the_reader(server_fa
         await poll_until(lambda: loaded(2), message="no second read-ahead")
         m = await _metrics(srv)
         assert _sum(m, "riffle_localfile_read_ahead_bytes_total", disk=disk, kind="sequential") == 6 << 20
+        assert _sum(m, "read_ahead_bytes") == 6 << 20 and _sum(m, "read_ahead_operations") == 2  # Riffle's names
         await poll_until(lambda: _resident(path) >= 6 << 20, timeout=30, interval=0.05, message="pages not loaded")
     finally:
         await c.close()
