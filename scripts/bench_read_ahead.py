@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
-from bench_ingest import cpu_s, parse_variant, start_server, stop  # noqa: E402
+from bench_ingest import cpu_s, parse_variant, start_server, stop
 
 MIB = 1 << 20
 APP = "application_1764547200000_0077_1764547200001"

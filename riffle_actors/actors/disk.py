@@ -83,13 +83,13 @@ from loguru import logger
 
 from riffle_actors.actors.storage_messages import (
     AppendMeta,
-    ReadAheadHint,
     AppPurgedError,
     DiskInfo,
     DiskIOError,
     DiskIOFailed,
     GetDiskInfo,
     PurgeFiles,
+    ReadAheadHint,
     ReadData,
     ReadIndex,
     UnfenceApp,

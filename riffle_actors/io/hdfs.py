@@ -188,9 +188,9 @@ def precheck(io: HdfsIO, bases: Iterable[tuple[str, str, str, tuple[tuple[str, s
             raise HdfsPrecheckError(f"hdfs_store.precheck_enable: remote storage {path} did not answer within "
                                     f"{timeout_s:g}s (hdfs_store.write_timeout_sec); not starting")
         if "error" in outcome:
-            e = outcome["error"]
+            err = outcome["error"]
             raise HdfsPrecheckError(f"hdfs_store.precheck_enable: remote storage {path} cannot be reached: "
-                                    f"{type(e).__name__}: {e}; not starting")
+                                    f"{type(err).__name__}: {err}; not starting")
         reached.append(f"{path} ({'exists' if outcome['exists'] else 'not created yet'})")
     return reached
 

@@ -90,7 +90,7 @@ path = "{minihdfs.url}/rss-ok"
 path = "{dead}/rss"
 """)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    r = subprocess.run([sys.executable, "-m", "riffle_actors.server", "-c", str(cfg)], capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "riffle_actors.server", "-c", str(cfg)], capture_output=True, check=False,
                        text=True, timeout=120, env=env, cwd=tmp_path)
     assert r.returncode == 1, (r.returncode, r.stderr[-2000:])
     assert f"remote storage {dead}/rss did not answer within 5s" in r.stderr, r.stderr[-2000:]
