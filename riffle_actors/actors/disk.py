@@ -208,7 +208,10 @@ class DiskReadAhead:
             if load is not None:
                 self._submit("sequential", SEQUENTIAL_MAX_IN_FLIGHT, local_io, root, key, load, None)
         elif self.plans is not None and hint.next_segments:
-            cursor, new = self.plans.on_read(key, hint.task_attempt_id, msg.offset, hint.next_segments)
+            # a frame may announce many segments: look at no more than can be loaded at once (the loop's
+            # work per read stays bounded by read_plan_concurrency)
+            cursor, new = self.plans.on_read(key, hint.task_attempt_id, msg.offset,
+                                             hint.next_segments[:self.read_plan_concurrency])
             for load in new:
                 self._submit("read_plan", self.read_plan_concurrency, local_io, root, key, load, cursor)
 

@@ -316,3 +316,29 @@ async def test_read_plans_load_the_segments_a_urpc_client_announces(server_facto
 async def _loaded_n(srv, disk: str, n: int) -> bool:
     m = await _metrics(srv)
     return _sum(m, "riffle_localfile_read_ahead_total", disk=disk, kind="read_plan", outcome="loaded") == n
+
+
+async def test_a_read_plan_is_looked_at_only_as_far_as_read_plan_concurrency(server_factory) -> None:
+    srv = await server_factory(**URPC, disks=1, memory_store={"capacity": "32M"},
+                               localfile_store={"read_ahead_options": {"read_plan_enable": True,
+                                                                       "read_plan_concurrency": 2}},
+                               hybrid_store={"memory_single_buffer_max_spill_size": "64K"})
+    [disk] = srv.disk_names
+    c = await UrpcClient(f"127.0.0.1:{srv.grpc_port}", srv.urpc_port).connect()
+    try:
+        await _spill(srv, c, count=40, size=100_000, properties=READ_AHEAD)
+        plan = [(i << 20, 65536) for i in range(1, 4000)]  # thousands announced in one frame
+        rid = c.conn.next_id()
+        r = await c.conn.request(urpc.encode_get_local_data(rid, APP, 0, 0, 0, 65536, storage_id=0,
+                                                            next_segments=plan, task_attempt_id=3), rid)
+        assert r.status == 0, r.ret_msg
+
+        async def settled() -> bool:
+            m = await _metrics(srv)
+            return _sum(m, "riffle_localfile_read_ahead_total", disk=disk, kind="read_plan") == 2
+
+        await poll_until(settled, message="read plan loads")
+        m = await _metrics(srv)
+        assert _sum(m, "riffle_localfile_read_ahead_total", disk=disk, kind="read_plan", outcome="loaded") == 2
+    finally:
+        await c.close()
