@@ -324,12 +324,22 @@ class IoLimiterConfig(StrictModel):
 
 
 class ReadAheadConfig(StrictModel):
-    """``[localfile_store.read_ahead_options]`` (Riffle): sequential read-ahead of data files. Not built here."""
+    """``[localfile_store.read_ahead_options]`` (Riffle's keys and defaults): read-ahead of data files.
 
-    batch_size: ByteSize = Field("14M", gt=0, description="bytes read ahead per batch")
-    batch_number: int = Field(4, ge=1, description="batches read ahead")
-    read_plan_enable: bool = Field(False, description="read plans from the client's read pattern")
-    read_plan_concurrency: int = Field(100, ge=1, description="read plans in progress at once")
+    As in Riffle, for apps whose client sets ``spark.rss.riffle.readAheadEnabled = true`` (its
+    ``readAheadBatchSize`` / ``readAheadBatchNumber`` may lower, not raise, the two sizes below): the
+    kernel is asked to load data-file ranges into the page cache before they are read
+    (``posix_fadvise(WILLNEED)`` on the disk's read-ahead threads, ``disk_read_ahead_threads``); no
+    bytes are held by the server. See ``riffle_actors.state.read_ahead`` and docs/storage.md."""
+
+    batch_size: ByteSize = Field("14M", gt=0, le=1 << 30, description="bytes per read-ahead batch (apps "
+                                 "with spark.rss.riffle.readAheadEnabled = true): a sequential reader's first read (at offset 0) loads batch_number batches, "
+                                 "each read within two batches of the loaded end loads two more")
+    batch_number: int = Field(4, ge=1, le=64, description="batches loaded by a sequential reader's first read")
+    read_plan_enable: bool = Field(False, description="load the next segments a urpc client announces "
+                                                      "(getLocalShuffleDataV3) for reads that are not sequential")
+    read_plan_concurrency: int = Field(100, ge=1, le=10_000, description="read-plan loads queued or running "
+                                                                          "per disk; more are skipped")
 
 
 class IoUringConfig(StrictModel):
@@ -394,8 +404,12 @@ class LocalfileStoreConfig(StrictModel):
     launch_purge_enable: bool = Field(
         False, description="at start, delete everything under each data path (instead of recovering it)")
     direct_io_read_enable: bool = Field(
-        False, description="Riffle README: O_DIRECT reads (Riffle 0.27 itself no longer reads this key)",
-        json_schema_extra=riffle_key(RiffleKind.NOT_YET, "reads go through the page cache here", inert=False))
+        False, description="data reads bypass the page cache (O_DIRECT into aligned buffers, the file's "
+                           "unpadded tail read short); only where appends are direct too "
+                           "(direct_io_append_enable), as in Riffle; replaces sendfile on urpc (sendfile "
+                           "cannot bypass the page cache; Riffle prefers direct reads too); a file system "
+                           "that refuses O_DIRECT gets buffered reads, with the reason logged. Riffle README's "
+                           "key (Riffle 0.27 chooses the mode per client instead)")
     disk_write_buf_capacity: ByteSize = Field(
         "1M", description="Riffle's write buffer of a data file",
         json_schema_extra=riffle_key(RiffleKind.NO_EFFECT, "a spill batch is written by one call from its own "
@@ -405,9 +419,11 @@ class LocalfileStoreConfig(StrictModel):
         json_schema_extra=riffle_key(RiffleKind.NO_EFFECT, "a read is one pread (or sendfile) of the requested "
                                                             "range; there is no intermediate read buffer"))
     index_consistency_detection_enable: bool = Field(
-        False, description="Riffle: check index files against their data file when served",
-        json_schema_extra=riffle_key(RiffleKind.NOT_YET, "index files are checked at restart recovery only",
-                                     inert=False))
+        False, description="check each index served against its data file (as Riffle: the last record "
+                           "must end where the data file ends; a mismatch still there with the partition's "
+                           "appends held off is logged as an ERROR and counted in "
+                           "riffle_localfile_index_inconsistencies_total; the index is served as read; "
+                           "Riffle also copies both files to /tmp, not done here)")
     io_limiter: IoLimiterConfig | None = Field(
         None, description="Riffle's disk throughput limit per disk (disk throttle; unset = not limited)")
     scrub_rate: ByteSize = Field(
@@ -416,8 +432,10 @@ class LocalfileStoreConfig(StrictModel):
     scrub_interval_sec: float = Field(
         300.0, gt=0, description="pause between two scrub passes over a disk's data files")
     read_ahead_options: ReadAheadConfig | None = Field(
-        None, description="Riffle's read-ahead of data files",
-        json_schema_extra=riffle_key(RiffleKind.NOT_YET, "no read-ahead here (the page cache's own only)"))
+        None, description="read-ahead of data files for apps that ask for it (unset = off)")
+    disk_read_ahead_threads: int = Field(
+        1, ge=1, le=16, description="read-ahead threads per disk (read_ahead_options; they only queue the "
+                                    "kernel's reads)")
     io_uring_options: IoUringConfig | None = Field(
         None, description="Riffle's io_uring IO engine (its io-uring build only)",
         json_schema_extra=riffle_key(RiffleKind.NO_EFFECT, "disk IO runs on per-disk thread pools here (Python "
@@ -562,9 +580,10 @@ class HdfsStoreConfig(StrictModel):
         json_schema_extra=riffle_key(RiffleKind.NOT_YET, "no Kerberos login here: HDFS is reached as the "
                                                           "server's user (simple authentication)"))
     precheck_enable: bool = Field(
-        False, description="Riffle: connect to the default HDFS at start and refuse to start without it",
-        json_schema_extra=riffle_key(RiffleKind.NOT_YET, "HDFS paths come from each app's registration; nothing "
-                                                          "is checked at start", inert=False))
+        False, description="at start, reach every remote_storage base (a NameNode RPC on its path, within "
+                           "write_timeout_sec) and refuse to start, naming the base and the error, when one "
+                           "cannot be reached (Riffle checks its default HDFS client; here the allow-list is "
+                           "what apps may use)")
 
 
 class RiffleBlockIdManagerType(enum.StrEnum):
@@ -749,9 +768,11 @@ class RuntimeConfig(StrictModel):
                                                             "their concurrency is hybrid_store."
                                                             "memory_spill_max_concurrency"))
     read_ahead_thread_number: int | None = Field(
-        None, ge=1, description="Riffle's read-ahead threads",
-        json_schema_extra=riffle_key(RiffleKind.NOT_YET, "no read-ahead here (see localfile_store."
-                                                          "read_ahead_options)"))
+        None, ge=1, description="Riffle's read-ahead threads (all disks)",
+        json_schema_extra=riffle_key(RiffleKind.MAPPED, "sets localfile_store.disk_read_ahead_threads to this / "
+                                                         "number of disks (rounded up, at most 16) unless "
+                                                         "disk_read_ahead_threads is set",
+                                     target="localfile_store.disk_read_ahead_threads"))
 
 
 class HealthServiceConfig(StrictModel):
@@ -973,6 +994,8 @@ def apply_riffle_keys(cfg: ServerConfig) -> ServerConfig:
                                                  rt.localfile_write_thread_num // disks))
     if rt.read_thread_num is not None and "disk_read_threads" not in ours:
         ls_up["disk_read_threads"] = max(1, min(MAX_DISK_READ_THREADS, -(-rt.read_thread_num // disks)))
+    if rt.read_ahead_thread_number is not None and "disk_read_ahead_threads" not in ours:
+        ls_up["disk_read_ahead_threads"] = max(1, min(16, -(-rt.read_ahead_thread_number // disks)))
     if ls.io_duration_threshold_sec is not None and "disk_io_timeout_sec" not in ours:
         ls_up["disk_io_timeout_sec"] = float(ls.io_duration_threshold_sec)
     if ls.direct_io_enable is not None and "direct_io_append_enable" not in ours:

@@ -119,6 +119,7 @@ RIFFLE_METRIC_NAMES = (
     "grpc_send_data_process_time", "grpc_get_memory_data_process_time", "grpc_get_localfile_data_process_time",
     "urpc_send_data_process_time", "urpc_get_memory_data_process_time", "urpc_get_localfile_data_process_time",
     "process_resident_memory_bytes", "process_virtual_memory_bytes",
+    "total_localfile_detected_in_consistency", "read_ahead_operations", "read_ahead_bytes",
 )
 
 _GRPC_SERVICE = "/rss.common.ShuffleServer/"
@@ -194,6 +195,14 @@ class _RiffleNamesCollector:
             ratio.add_metric([d.name], d.used / d.capacity if d.capacity else 0.0)
         yield from (disk_healthy, capacity, used, ratio)
 
+        yield _counter("total_localfile_detected_in_consistency", "index reads inconsistent with their data file "
+                       "(riffle_localfile_index_inconsistencies_total)",
+                       sum(v for _labels, v in _samples(m.index_inconsistencies)))
+        yield _counter("read_ahead_operations", "read-ahead loads asked of the kernel (riffle_localfile_read_ahead_total"
+                       "{outcome=\"loaded\"})",
+                       sum(v for labels, v in _samples(m.read_ahead) if labels.get("outcome") == "loaded"))
+        yield _counter("read_ahead_bytes", "bytes read ahead (riffle_localfile_read_ahead_bytes_total)",
+                       sum(v for _labels, v in _samples(m.read_ahead_bytes)))
         yield _counter("total_received_data", "block bytes received",
                        sum(v for _labels, v in _samples(m.received_bytes)))
         read = {labels["source"]: value for labels, value in _samples(m.read_bytes)}
@@ -416,6 +425,16 @@ class Metrics:
         self.disk_throttle_bytes = Counter(
             "riffle_disk_throttle_bytes", "bytes charged to the disk throttle (io_limiter); op read or write",
             ["disk", "op"], registry=r)
+        self.index_inconsistencies = Counter(
+            "riffle_localfile_index_inconsistencies", "index reads whose last record does not end where the data "
+            "file ends (index_consistency_detection_enable)", ["disk"], registry=r)
+        # [localfile_store.read_ahead_options]: counted on the event loop as each load ends
+        self.read_ahead = Counter(
+            "riffle_localfile_read_ahead", "read-ahead loads (posix_fadvise WILLNEED) by kind (sequential, "
+            "read_plan) and outcome (loaded, gone, missed, ignored, failed)", ["disk", "kind", "outcome"], registry=r)
+        self.read_ahead_bytes = Counter(
+            "riffle_localfile_read_ahead_bytes", "bytes asked of the kernel by loaded read-aheads",
+            ["disk", "kind"], registry=r)
         self.held_reply_bytes = Gauge(
             "riffle_server_held_reply_bytes", "read reply bytes held over gRPC and urpc (being read, or sent and "
             "not yet taken by the client); bounded by max_reply_bytes", registry=r)
@@ -459,6 +478,12 @@ class Metrics:
         self.spill_bytes.labels(disk).inc(data_bytes)
         self.spill_batch_bytes.observe(data_bytes)
         self.spill_seconds.labels(disk).observe(seconds)
+
+    def on_read_ahead(self, disk: str, kind: str, outcome: str, nbytes: int) -> None:
+        """One read-ahead load ended (``DiskReadAhead.on_advised``)."""
+        self.read_ahead.labels(disk, kind, outcome).inc()
+        if outcome == "loaded":
+            self.read_ahead_bytes.labels(disk, kind).inc(nbytes)
 
     def on_disk_throttle(self, disk: str, op: str, nbytes: int, wait_s: float) -> None:
         """One charge of a disk's throttle (called on its IO thread)."""

@@ -58,7 +58,7 @@ from riffle_actors.actors.app_manager import (
     CheckExpiredApps,
     FlushAllApps,
 )
-from riffle_actors.actors.disk import DiskActor, DiskResources, DiskThrottle, RetryFailedPurges
+from riffle_actors.actors.disk import DiskActor, DiskReadAhead, DiskResources, DiskThrottle, RetryFailedPurges
 from riffle_actors.actors.disk_monitor import DiskMonitorActor
 from riffle_actors.actors.scrub import ScrubSettings
 from riffle_actors.actors.hdfs_writer import (
@@ -83,7 +83,7 @@ from riffle_actors.credentials import AdminCredentialError, AdminCredentials
 from riffle_actors.decommission import Lifecycle
 from riffle_actors.io.app_history import AppHistory, open_app_history
 from riffle_actors.io.data_lock import DataPathLocks, lock_data_paths
-from riffle_actors.io.hdfs import HdfsIO
+from riffle_actors.io.hdfs import HdfsIO, precheck
 from riffle_actors.io.local import LocalIO, RealLocalIO
 from riffle_actors.io.malloc import tune_malloc
 from riffle_actors.io.probe import ProbeFn, probe_disk
@@ -316,6 +316,24 @@ class ShuffleServer:
         self.spill_limits: SpillLimits | None = None
         self.app_history: AppHistory | None = None
 
+    async def _precheck_hdfs(self) -> None:
+        """``hdfs_store.precheck_enable``: every allowed remote storage base answers, or the start fails
+        (``HdfsPrecheckError``, naming the base and why), before anything else starts."""
+        res = self.hdfs_resources
+        if res is None:
+            logger.info("hdfs_store.precheck_enable: store_type {} has no HDFS tier; nothing to check",
+                        self.cfg.store_type.value)
+            return
+        allowed = res.allowed
+        if not len(allowed):
+            logger.warning("hdfs_store.precheck_enable: no [[hdfs_store.remote_storage]] base to check (apps cannot "
+                           "use HDFS on this server)")
+            return
+        bases = [(r.path, r.fs_url, r.base, r.conf) for r in map(allowed.resolve, allowed.paths)]
+        reached = await asyncio.get_running_loop().run_in_executor(
+            None, precheck, res.io, bases, self.cfg.hdfs_store.write_timeout_sec)
+        logger.info("hdfs_store.precheck_enable: reached {}", ", ".join(reached))
+
     def _stop_in_background(self) -> None:
         if self._stop_task is None:
             self._stop_task = asyncio.get_running_loop().create_task(self.stop(), name="server-stop")
@@ -333,6 +351,8 @@ class ShuffleServer:
         self._locks = lock_data_paths(cfg.localfile_store.data_paths)
         for level, note in self.riffle_notes:  # once per start: what each Riffle-only key does here
             logger.log(level, note)
+        if cfg.hdfs_store.precheck_enable:
+            await self._precheck_hdfs()
         if cfg.localfile_store.launch_purge_enable:
             removed = await asyncio.get_running_loop().run_in_executor(
                 None, _purge_data_paths, list(cfg.localfile_store.data_paths))
@@ -349,7 +369,18 @@ class ShuffleServer:
         self.storage = storage
         self.disks = []
         ls = cfg.localfile_store
-        real_io = RealLocalIO(direct_io=ls.direct_io_append_enable, meta_max_bytes=ls.recovery_file_max_size)
+        real_io = RealLocalIO(direct_io=ls.direct_io_append_enable, meta_max_bytes=ls.recovery_file_max_size,
+                              direct_read=ls.direct_io_read_enable)
+        if ls.direct_io_read_enable and not ls.direct_io_append_enable:
+            logger.warning("direct_io_read_enable: reads stay buffered because appends are buffered "
+                           "(direct_io_append_enable = false); Riffle reads directly only where it appends directly")
+        ra_cfg = ls.read_ahead_options
+        if ra_cfg is not None:
+            logger.info("read-ahead on every disk for apps that ask for it (spark.rss.riffle.readAheadEnabled): "
+                        "batches of {} bytes, {} at first, {} thread(s) per disk{}", ra_cfg.batch_size,
+                        ra_cfg.batch_number, ls.disk_read_ahead_threads,
+                        f", read plans (at most {ra_cfg.read_plan_concurrency} per disk)"
+                        if ra_cfg.read_plan_enable else "")
         limiter = ls.io_limiter
         for path in ls.data_paths:
             # created once per disk: threads, IO layer, throttle and fences survive Disk actor restarts
@@ -369,12 +400,24 @@ class ShuffleServer:
                     logger.warning("disk {}: a spill batch of memory_single_buffer_max_spill_size ({} bytes) waits "
                                    "longer than disk_io_timeout_sec ({}s) for io_limiter.capacity ({} bytes/s) and "
                                    "would time out", path, one_buffer, ls.disk_io_timeout_sec, limiter.capacity)
+            read_ahead = None
+            if ra_cfg is not None:
+                read_ahead = DiskReadAhead(path, batch_size=ra_cfg.batch_size, batch_number=ra_cfg.batch_number,
+                                           read_plan_enable=ra_cfg.read_plan_enable,
+                                           read_plan_concurrency=ra_cfg.read_plan_concurrency,
+                                           threads=ls.disk_read_ahead_threads,
+                                           on_advised=partial(self.metrics.on_read_ahead, path))
+            if ls.index_consistency_detection_enable:
+                self.metrics.index_inconsistencies.labels(path)  # the series exists (at 0) from the start
             res = self._disk_resources[path] = DiskResources(
                 path, path, local_io=self._local_io_factory(path, path) if self._local_io_factory else real_io,
                 write_threads=ls.disk_write_threads, read_threads=ls.disk_read_threads,
                 io_timeout_s=ls.disk_io_timeout_sec, throttle=throttle, integrity=self.integrity,
                 scrub=ScrubSettings(ls.scrub_rate, ls.scrub_interval_sec) if ls.scrub_rate > 0 else None,
-                on_scrub_checked=self.metrics.on_scrub_checked, on_scrub_pass=self.metrics.on_scrub_pass)
+                on_scrub_checked=self.metrics.on_scrub_checked, on_scrub_pass=self.metrics.on_scrub_pass,
+                index_check=ls.index_consistency_detection_enable,
+                on_index_inconsistent=lambda _problem, p=path: self.metrics.index_inconsistencies.labels(p).inc(),
+                read_ahead=read_ahead)
             for name in ("scrub_bytes", "scrub_blocks", "scrub_corrupt_blocks", "scrub_passes"):
                 getattr(self.metrics, name).labels(path)  # the series exist (at 0) from the start
             spec = ChildSpec(f"disk:{path}", lambda p=path, r=res: DiskActor(p, p, resources=r))

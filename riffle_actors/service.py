@@ -39,6 +39,7 @@ from riffle_actors.actors.app import (
     CheckBufferRequest,
     CommitShuffleTask,
     FinishShuffle,
+    GetLocalReadPlan,
     GetMemoryData,
     GetPartitionDisks,
     GetShuffleResult,
@@ -50,7 +51,7 @@ from riffle_actors.actors.app import (
 from riffle_actors.actors.app_manager import AppDirectory, GetOrCreateApp, PurgeApp, PurgeAppShuffle
 from riffle_actors.actors.hdfs_writer import AllowedRemoteStorages, RegisterRemoteStorage
 from riffle_actors.actors.memory import CommitTicket, RequireBuffer, TakeTicket
-from riffle_actors.actors.storage_messages import DiskIOError, ReadData, ReadIndex
+from riffle_actors.actors.storage_messages import DiskIOError, ReadAheadHint, ReadData, ReadIndex
 from riffle_actors.errors import (
     BlockCorruptError,
     InternalError,
@@ -350,12 +351,16 @@ class ShuffleService:
         return index, data_len, storage_ids
 
     async def get_local_data(self, app_id: str, shuffle_id: int, partition_id: int, storage_id: int,
-                             offset: int, length: int, as_file: bool = False):
+                             offset: int, length: int, as_file: bool = False,
+                             next_segments: Sequence[tuple[int, int]] = (), task_attempt_id: int = 0):
         """The bytes of a data-file range; with ``as_file`` a ``DataFile`` (an open descriptor the caller
-        must close, for ``sendfile``) instead, or ``b""`` for an empty range.
+        must close, for ``sendfile``) instead (or the bytes, where reads bypass the page cache), or
+        ``b""`` for an empty range.
 
         ``storage_id``: an index into this server's disks as getLocalShuffleIndex gave it, or -1 (a urpc
-        V1 request carries none; a 0.9 gRPC client sends 0); anything else is refused."""
+        V1 request carries none; a 0.9 gRPC client sends 0); anything else is refused.
+        ``next_segments`` / ``task_attempt_id``: the client's read plan (urpc V3), for read-ahead; the
+        disk's read-ahead only uses them when the app asked for read-ahead (``riffle_actors.state.read_ahead``)."""
         _check_ids(app_id, shuffle_id, (partition_id,))
         if not -1 <= storage_id < len(self.disk_names):
             raise InvalidRequestError(f"storageId {storage_id} is not a storage of this server "
@@ -365,7 +370,8 @@ class ShuffleService:
         if length > self.max_read_length:
             raise InvalidRequestError(f"length {length} is above the largest read this server serves "
                                       f"({self.max_read_length} bytes, grpc_max_message_size)")
-        disks = await self._ask_app(app_id, GetPartitionDisks(shuffle_id=shuffle_id, partition_id=partition_id))
+        plan = await self._ask_app(app_id, GetLocalReadPlan(shuffle_id=shuffle_id, partition_id=partition_id))
+        disks = plan.disks
         if not disks:
             raise InternalError(f"no local data for app {app_id} shuffle {shuffle_id} partition {partition_id}")
         if len(disks) == 1:
@@ -384,8 +390,12 @@ class ShuffleService:
                 f"block {corrupt.block_id} at offset {corrupt.offset} of partition {partition_id}'s data file on "
                 f"disk {disk} is corrupt (its bytes have crc {corrupt.actual}, its index record says "
                 f"{corrupt.expected}; found by the scrubber); read another replica")
+        hint = None
+        if plan.read_ahead is not None:
+            hint = ReadAheadHint(client=plan.read_ahead, sequential=plan.sequential, task_attempt_id=task_attempt_id,
+                                 next_segments=tuple(next_segments))
         data = await self._ask_disk(disk, ReadData(app_id=app_id, shuffle_id=shuffle_id, partition_id=partition_id,
-                                                   offset=offset, length=length, as_file=as_file))
+                                                   offset=offset, length=length, as_file=as_file, read_ahead=hint))
         self.metrics.read_local_bytes.inc(length)
         return data
 

@@ -111,6 +111,7 @@ from riffle_actors.runtime import (
 )
 from riffle_actors.state.app_state import AppLimits, AppState, PartitionEntry, ShuffleState
 from riffle_actors.state.partition import SpillLimits
+from riffle_actors.state.read_ahead import ClientReadAhead, client_read_ahead
 from riffle_actors.state.recovery import RecoveredApp
 
 __all__ = ["SendTicket"]  # re-exported for the ShuffleService
@@ -176,6 +177,22 @@ class GetMemoryData:
 class GetPartitionDisks:
     shuffle_id: int
     partition_id: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GetLocalReadPlan:
+    """A local data read: the disks holding the partition, and whether (and how) the app asked for
+    read-ahead (``LocalReadPlan``)."""
+
+    shuffle_id: int
+    partition_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class LocalReadPlan:
+    disks: tuple[str, ...]
+    read_ahead: ClientReadAhead | None  # None: the app did not ask (its registration's properties)
+    sequential: bool  # the partition's memory was read without a task filter (Riffle's sequential mark)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -279,7 +296,7 @@ class AppInfo:
 
 
 AppMsg = (RegisterShuffle | AppendBlocks | ReportShuffleResult | GetShuffleResult | GetMemoryData
-          | GetPartitionDisks | CheckBufferRequest | Heartbeat | CommitShuffleTask | FinishShuffle
+          | GetPartitionDisks | GetLocalReadPlan | CheckBufferRequest | Heartbeat | CommitShuffleTask | FinishShuffle
           | PurgeShuffle | GetSpillCandidates | SpillPartitions | SpillAll | GetAppInfo | IsExpired
           | RestoreApp | Terminated)
 
@@ -362,7 +379,7 @@ class AppActor(Supervisor):
                 if reason is not None:  # a partition actor crashed: its memory is lost, so is the app
                     raise PartitionCrashedError(f"partition actor {ref.name} crashed: {reason!r}") from reason
                 return None  # stopped by its purge
-            case (GetMemoryData() | GetPartitionDisks() | ReportShuffleResult() | GetShuffleResult()
+            case (GetMemoryData() | GetPartitionDisks() | GetLocalReadPlan() | ReportShuffleResult() | GetShuffleResult()
                   | Heartbeat() | CommitShuffleTask() | FinishShuffle() | CheckBufferRequest()):
                 pass
             case _:
@@ -373,6 +390,8 @@ class AppActor(Supervisor):
         match msg:
             case GetMemoryData():
                 entry = self._entry(msg.shuffle_id, msg.partition_id)
+                if entry is not None and msg.task_filter is None:
+                    entry.sequential_read = True
                 if entry is None or (entry.ref is None and entry.pending is None):
                     return []
                 reply: asyncio.Future[list[Block]] = self._loop.create_future()
@@ -382,6 +401,12 @@ class AppActor(Supervisor):
             case GetPartitionDisks(shuffle_id=sid, partition_id=pid):
                 entry = self._entry(sid, pid)
                 return entry.figures.disks if entry is not None else ()
+            case GetLocalReadPlan(shuffle_id=sid, partition_id=pid):
+                entry = self._entry(sid, pid)
+                if entry is None:
+                    return LocalReadPlan((), None, False)
+                return LocalReadPlan(tuple(entry.figures.disks), client_read_ahead(state.properties),
+                                     entry.sequential_read)
             case ReportShuffleResult(shuffle_id=sid, partition_to_block_ids=p2b):
                 if self.meta is None:
                     return self._lane.submit(state.report_steps(sid, p2b))

@@ -48,6 +48,22 @@ counts towards ``disk_io_timeout_sec``.
 (``riffle_actors.actors.scrub``), kept in the ``DiskResources`` so a restart does not start another;
 it re-reads the data files on the reader pool at a bounded rate and records corrupt blocks in the
 server's ``IntegrityLedger``. A ``PurgeFiles`` forgets the purged files' findings there.
+**Index consistency** (``index_consistency_detection_enable``, Riffle's): each index read is checked
+against its data file on the reader thread (``riffle_actors.protocol.index.index_inconsistency``: the
+last record must end where the data file ends). A mismatch may be an append half done, so the pair
+is read again while the partition's appends are held off (``read_index(consistent=True)``); a
+mismatch that remains is logged as an ERROR naming the partition, the disk and both lengths, and
+counted (``on_index_inconsistent``). The index is served as read (as in Riffle: the client's own
+checks decide); nothing is copied anywhere (Riffle copies both files to /tmp/riffle-detection; a
+server here writes nothing outside its data paths).
+
+**Read-ahead** (``[localfile_store.read_ahead_options]``, Riffle's): a ``DiskReadAhead`` in the
+``DiskResources`` decides on the event loop, for data reads whose app asked for it
+(``ReadData.read_ahead``), which ranges to load (``riffle_actors.state.read_ahead``, O(1) per read)
+and has them loaded with ``posix_fadvise(WILLNEED)`` on the disk's own read-ahead threads: never the
+event loop, never ahead of the read itself in the reader pool. At most ``SEQUENTIAL_MAX_IN_FLIGHT``
+sequential loads and ``read_plan_concurrency`` read-plan loads wait or run per disk; more are
+skipped (counted as ignored). The bytes sit in the kernel's page cache, not in this process.
 
 Its messages, replies and errors live in ``riffle_actors.actors.storage_messages``.
 
@@ -78,6 +94,7 @@ from riffle_actors.actors.storage_messages import (
     DiskIOFailed,
     GetDiskInfo,
     PurgeFiles,
+    ReadAheadHint,
     ReadData,
     ReadIndex,
     UnfenceApp,
@@ -89,8 +106,10 @@ from riffle_actors.io.local import LOCAL_IO, LocalIO
 from riffle_actors.io.localfile import PURGE_STEP_OPS
 from riffle_actors.io.meta_store import meta_path
 from riffle_actors.io.safe_fs import RemovalProgress
+from riffle_actors.protocol.index import index_inconsistency
 from riffle_actors.runtime import Actor, ActorRef
 from riffle_actors.state.integrity import IntegrityLedger
+from riffle_actors.state.read_ahead import PlanCursor, ReadPlans, SequentialTracks
 from riffle_actors.state.throttle import TokenBucket
 
 _FENCE_LIMIT = 10_000
@@ -170,6 +189,110 @@ def _read_throttled(throttle: DiskThrottle, length: int | None, fn, *args):
     return out
 
 
+SEQUENTIAL_MAX_IN_FLIGHT = 64
+"""Sequential read-ahead loads queued or running per disk; a load beyond it is skipped (ignored)."""
+
+
+class DiskReadAhead:
+    """A disk's read-ahead (see the module docstring): the decisions (``SequentialTracks``, ``ReadPlans``)
+    on the event loop, the loads on its own threads. ``on_advised(kind, outcome, nbytes)`` is called on
+    the loop for each load: kind ``sequential`` or ``read_plan``; outcome ``loaded``, ``gone`` (the file
+    was purged), ``missed`` (the reader passed the segment first), ``ignored`` (too many in flight) or
+    ``failed``."""
+
+    def __init__(self, name: str, *, batch_size: int, batch_number: int, read_plan_enable: bool = False,
+                 read_plan_concurrency: int = 100, threads: int = 1,
+                 on_advised: Callable[[str, str, int], None] | None = None):
+        self.name = name
+        self.sequential = SequentialTracks(batch_size, batch_number)
+        self.plans = ReadPlans() if read_plan_enable else None
+        self.read_plan_concurrency = read_plan_concurrency
+        self.threads = threads
+        self.on_advised = on_advised
+        self.in_flight = {"sequential": 0, "read_plan": 0}
+        self._pool: ThreadPoolExecutor | None = None
+
+    @property
+    def pool(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix=f"disk-ra-{self.name}")
+        return self._pool
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+    def forget(self, app_id: str, shuffle_id: int | None) -> None:
+        self.sequential.forget(app_id, shuffle_id)
+        if self.plans is not None:
+            self.plans.forget(app_id, shuffle_id)
+
+    def on_read(self, local_io: LocalIO, root: str, msg: ReadData, hint: ReadAheadHint) -> None:
+        """Decide (here, on the loop) and queue the loads a data read calls for."""
+        key = (msg.app_id, msg.shuffle_id, msg.partition_id)
+        if hint.sequential:
+            load = self.sequential.on_read(key, msg.offset, hint.client)
+            if load is not None:
+                self._submit("sequential", SEQUENTIAL_MAX_IN_FLIGHT, local_io, root, key, load, None)
+        elif self.plans is not None and hint.next_segments:
+            # a frame may announce many segments: look at no more than can be loaded at once (the loop's
+            # work per read stays bounded by read_plan_concurrency)
+            cursor, new = self.plans.on_read(key, hint.task_attempt_id, msg.offset,
+                                             hint.next_segments[:self.read_plan_concurrency])
+            for load in new:
+                self._submit("read_plan", self.read_plan_concurrency, local_io, root, key, load, cursor)
+
+    def _submit(self, kind: str, limit: int, local_io: LocalIO, root: str, key: tuple[str, int, int],
+                load: tuple[int, int], cursor: PlanCursor | None) -> None:
+        if self.in_flight[kind] >= limit:
+            self._count(kind, "ignored", load[1])
+            return
+        self.in_flight[kind] += 1
+        fut = asyncio.get_running_loop().run_in_executor(self.pool, _advise, local_io, root, key, load, cursor)
+        fut.add_done_callback(partial(self._done, kind, load[1]))
+
+    def _done(self, kind: str, nbytes: int, fut: asyncio.Future) -> None:
+        self.in_flight[kind] -= 1
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        if exc is not None:
+            logger.bind(disk=self.name).warning("disk {}: read-ahead of {} bytes failed: {!r}", self.name, nbytes, exc)
+            self._count(kind, "failed", nbytes)
+            return
+        outcome, advised = fut.result()
+        self._count(kind, outcome, advised if outcome == "loaded" else nbytes)
+
+    def _count(self, kind: str, outcome: str, nbytes: int) -> None:
+        if self.on_advised is not None:
+            self.on_advised(kind, outcome, nbytes)
+
+
+def _advise(local_io: LocalIO, root: str, key: tuple[str, int, int], load: tuple[int, int],
+            cursor: PlanCursor | None) -> tuple[str, int]:
+    """On a read-ahead thread: load one range unless its reader passed it meanwhile; (outcome, bytes
+    asked of the kernel: the range cut at the file's end)."""
+    offset, length = load
+    if cursor is not None and offset < cursor.reading:
+        return "missed", 0
+    advised = local_io.advise_willneed(root, *key, offset, length)
+    return ("gone", 0) if advised is None else ("loaded", advised)
+
+
+def _read_index_checked(read, local_io: LocalIO, root: str, app_id: str, shuffle_id: int,
+                        partition_id: int) -> tuple[bytes, int, str | None]:
+    """On a reader thread: the index, the data file's length and what is inconsistent between them
+    (None: nothing). A mismatch is looked at again with the partition's appends held off: one may
+    have been half done (its data written, its index records not yet)."""
+    index, data_len = read(root, app_id, shuffle_id, partition_id)
+    problem = index_inconsistency(index, data_len)
+    if problem is not None:
+        index, data_len = local_io.read_index(root, app_id, shuffle_id, partition_id, consistent=True)
+        problem = index_inconsistency(index, data_len)
+    return index, data_len, problem
+
+
 @dataclass(eq=False)
 class DiskResources:
     """What a disk keeps across Disk actor restarts: threads, IO layer, fences (see module docstring).
@@ -185,6 +308,9 @@ class DiskResources:
     io_timeout_s: float | None = None
     monitor: ActorRef | None = None
     throttle: DiskThrottle | None = None  # [localfile_store.io_limiter]; None: not limited
+    index_check: bool = False  # index_consistency_detection_enable
+    on_index_inconsistent: Callable[[str], None] | None = None  # called with the problem (metrics)
+    read_ahead: DiskReadAhead | None = None  # [localfile_store.read_ahead_options]; None: off
     # purged apps / shuffles -> newest fenced shuffle epoch, newest last; bounded so a
     # long-lived server does not grow
     fenced: OrderedDict[tuple[str, int | None], int] = field(default_factory=OrderedDict)
@@ -237,6 +363,8 @@ class DiskResources:
             if pool is not None:
                 pool.shutdown(wait=False, cancel_futures=True)
         self._writer = self._reader = self._meta = None
+        if self.read_ahead is not None:
+            self.read_ahead.close()
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,15 +441,23 @@ class DiskActor(Actor):
                     return self._after_purges(pending, write_now)
                 return self._finish_write(msg, submit())
             case ReadIndex():
+                read = self._throttled_read(None, self.res.local_io.read_index)
+                if self.res.index_check:
+                    return self._checked_index(msg, loop.run_in_executor(
+                        self.res.reader, _read_index_checked, read, self.res.local_io, self.root,
+                        msg.app_id, msg.shuffle_id, msg.partition_id))
                 return self._wrap("read index", loop.run_in_executor(
-                    self.res.reader, self._throttled_read(None, self.res.local_io.read_index), self.root,
-                    msg.app_id, msg.shuffle_id, msg.partition_id))
+                    self.res.reader, read, self.root, msg.app_id, msg.shuffle_id, msg.partition_id))
             case ReadData():
+                if msg.read_ahead is not None and self.res.read_ahead is not None:
+                    self.res.read_ahead.on_read(self.res.local_io, self.root, msg, msg.read_ahead)
                 read = self.res.local_io.open_data if msg.as_file else self.res.local_io.read_data
                 return self._wrap("read data", loop.run_in_executor(
                     self.res.reader, self._throttled_read(msg.length, read), self.root, msg.app_id,
                     msg.shuffle_id, msg.partition_id, msg.offset, msg.length))
             case PurgeFiles():
+                if self.res.read_ahead is not None:
+                    self.res.read_ahead.forget(msg.app_id, msg.shuffle_id)
                 key = (msg.app_id, msg.shuffle_id)
                 self._fenced[key] = max(self._fenced.pop(key, -1), msg.epoch)
                 while len(self._fenced) > _FENCE_LIMIT:
@@ -443,6 +579,17 @@ class DiskActor(Actor):
             return await self._timed(op, fut)
         except OSError as e:
             raise self._failed(op, e) from e
+
+    async def _checked_index(self, msg: ReadIndex, fut: asyncio.Future) -> tuple[bytes, int]:
+        index, data_len, problem = await self._wrap("read index", fut)
+        if problem is not None:
+            logger.bind(disk=self.disk_name, app_id=msg.app_id).error(
+                "index inconsistency (index_consistency_detection_enable): app {} shuffle {} partition {} on disk "
+                "{}: {}; index {} bytes, data file {} bytes", msg.app_id, msg.shuffle_id, msg.partition_id,
+                self.disk_name, problem, len(index), data_len)
+            if self.res.on_index_inconsistent is not None:
+                self.res.on_index_inconsistent(problem)
+        return index, data_len
 
     async def _info(self, fut: asyncio.Future) -> DiskInfo:
         try:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from riffle_actors.errors import RiffleError, StatusCode
 from riffle_actors.io.local import IOErrorKind, classify
 from riffle_actors.records import Block
+from riffle_actors.state.read_ahead import ClientReadAhead
 
 
 # ---------------------------------------------------------------------------- errors
@@ -68,9 +69,22 @@ class ReadIndex:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ReadAheadHint:
+    """What a data read tells the disk's read-ahead (``riffle_actors.state.read_ahead``): the app asked
+    for it (``client``), the partition is read whole and in order (``sequential``), or the client's
+    next segments (urpc V3) of reader ``task_attempt_id``."""
+
+    client: ClientReadAhead
+    sequential: bool = False
+    task_attempt_id: int = 0
+    next_segments: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ReadData:
     """Read a range of a data file; with ``as_file`` the reply is a ``DataFile`` (an open descriptor
-    the asker owns and closes, for ``sendfile``) instead of the bytes."""
+    the asker owns and closes, for ``sendfile``) instead of the bytes (or the bytes all the same, where
+    reads bypass the page cache). ``read_ahead``: None, or what the disk's read-ahead may use."""
 
     app_id: str
     shuffle_id: int
@@ -78,6 +92,7 @@ class ReadData:
     offset: int
     length: int
     as_file: bool = False
+    read_ahead: ReadAheadHint | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -164,9 +164,10 @@ class FaultyLocalIO:
         args = (root, app_id, shuffle_id, partition_id, blocks)
         return self._run("append_batch", args, lambda: self.inner.append_batch(*args))
 
-    def read_index(self, root: str, app_id: str, shuffle_id: int, partition_id: int) -> tuple[bytes, int]:
+    def read_index(self, root: str, app_id: str, shuffle_id: int, partition_id: int, *,
+                   consistent: bool = False) -> tuple[bytes, int]:
         args = (root, app_id, shuffle_id, partition_id)
-        return self._run("read_index", args, lambda: self.inner.read_index(*args))
+        return self._run("read_index", args, lambda: self.inner.read_index(*args, consistent=consistent))
 
     def read_data(self, root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int,
                   length: int) -> bytes:
@@ -178,6 +179,11 @@ class FaultyLocalIO:
         """A read served by ``sendfile``: the ``read_data`` rules apply to it too (the same seam)."""
         args = (root, app_id, shuffle_id, partition_id, offset, length)
         return self._run("read_data", args, lambda: self.inner.open_data(*args))
+
+    def advise_willneed(self, root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int,
+                        length: int) -> int | None:
+        args = (root, app_id, shuffle_id, partition_id, offset, length)
+        return self._run("advise_willneed", args, lambda: self.inner.advise_willneed(*args))
 
     def remove_app(self, root: str, app_id: str, shuffle_id: int | None = None, *, max_ops: int | None = None,
                    progress=None) -> bool:

@@ -145,6 +145,11 @@ class HdfsIO:
         except FileNotFoundError:
             return {}
 
+    def reach(self, client, path: str) -> bool:
+        """One NameNode RPC on ``path`` (``hdfs_store.precheck_enable``): True if it exists, False if
+        not (the NameNode answered either way); raises when the file system cannot be reached."""
+        return self.exists(client, path)
+
     def read_file(self, client, path: str) -> bytes:
         with client.read(path) as r:
             return r.readall()
@@ -153,3 +158,39 @@ class HdfsIO:
 def conf_items(conf: Mapping[str, str] | Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
     items = conf.items() if isinstance(conf, Mapping) else conf
     return tuple(sorted((str(k), str(v)) for k, v in items))
+
+
+class HdfsPrecheckError(ConnectionError):
+    """``hdfs_store.precheck_enable``: a remote storage base could not be reached at start."""
+
+
+def precheck(io: HdfsIO, bases: Iterable[tuple[str, str, str, tuple[tuple[str, str], ...]]],
+             timeout_s: float) -> list[str]:
+    """Reach every ``(remote path, fs_url, base dir, conf)`` base with one RPC each, at most ``timeout_s`` per base
+    (a dead NameNode can make the client retry for minutes; the attempt is left to its daemon
+    thread then). Returns a line per base reached; raises ``HdfsPrecheckError`` naming the first
+    base that failed, and why."""
+    reached = []
+    for path, fs_url, base, conf in bases:
+        outcome: dict[str, object] = {}
+        done = threading.Event()
+
+        def attempt(fs_url=fs_url, conf=conf, base=base, outcome=outcome, done=done) -> None:
+            try:
+                outcome["exists"] = io.reach(io.client(fs_url, conf), base)
+            except BaseException as e:  # noqa: BLE001 - reported to the starting server
+                outcome["error"] = e
+            finally:
+                done.set()
+
+        threading.Thread(target=attempt, name="hdfs-precheck", daemon=True).start()
+        if not done.wait(timeout_s):
+            raise HdfsPrecheckError(f"hdfs_store.precheck_enable: remote storage {path} did not answer within "
+                                    f"{timeout_s:g}s (hdfs_store.write_timeout_sec); not starting")
+        if "error" in outcome:
+            err = outcome["error"]
+            raise HdfsPrecheckError(f"hdfs_store.precheck_enable: remote storage {path} cannot be reached: "
+                                    f"{type(err).__name__}: {err}; not starting")
+        reached.append(f"{path} ({'exists' if outcome['exists'] else 'not created yet'})")
+    return reached
+

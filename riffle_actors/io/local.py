@@ -84,14 +84,25 @@ class LocalIO(Protocol):
         """Append data then index records; ``(offset of the first block, data file length after)``."""
         ...
 
-    def read_index(self, root: str, app_id: str, shuffle_id: int, partition_id: int) -> tuple[bytes, int]: ...
+    def read_index(self, root: str, app_id: str, shuffle_id: int, partition_id: int, *,
+                   consistent: bool = False) -> tuple[bytes, int]:
+        """The index (whole records) and the data file's length; ``consistent``: both read while no append
+        of the partition is half done (``localfile.read_index``)."""
+        ...
 
     def read_data(self, root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int,
                   length: int) -> bytes: ...
 
     def open_data(self, root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int,
-                  length: int) -> localfile.DataFile:
-        """The data file opened at the range (for ``sendfile``); the caller closes the descriptor."""
+                  length: int) -> localfile.DataFile | bytes:
+        """The data file opened at the range (for ``sendfile``); the caller closes the descriptor. Where
+        reads bypass the page cache (``direct_io_read_enable``), the range's bytes instead."""
+        ...
+
+    def advise_willneed(self, root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int,
+                        length: int) -> int | None:
+        """Read-ahead: ask the kernel to load the range (cut at the file's end) into the page cache; the
+        bytes asked for, None if the file is gone."""
         ...
 
     def remove_app(self, root: str, app_id: str, shuffle_id: int | None = None, *, max_ops: int | None = None,
@@ -117,12 +128,15 @@ class RealLocalIO:
     """``LocalIO`` backed by the real file system (``riffle_actors.io.localfile``).
 
     ``direct_io``: spill appends use O_DIRECT where the file system allows it
-    (``localfile_store.direct_io_append_enable``; see ``localfile``). ``meta_max_bytes``: a metadata
+    (``localfile_store.direct_io_append_enable``; see ``localfile``). ``direct_read``: data reads use
+    O_DIRECT there too (``direct_io_read_enable``; only with ``direct_io``, as in Riffle), and
+    ``open_data`` answers bytes (no ``sendfile``). ``meta_max_bytes``: a metadata
     log append that would grow the log past it fails with ``EFBIG``
     (``localfile_store.recovery_file_max_size``: a restart would not read it)."""
 
-    def __init__(self, direct_io: bool = False, meta_max_bytes: int | None = None):
+    def __init__(self, direct_io: bool = False, meta_max_bytes: int | None = None, direct_read: bool = False):
         self.direct_io = direct_io
+        self.direct_read = direct_read and direct_io
         self.meta_max_bytes = meta_max_bytes  # localfile_store.recovery_file_max_size
 
     def ensure_root(self, root: str) -> None:
@@ -132,16 +146,21 @@ class RealLocalIO:
                      blocks: Sequence[Block]) -> tuple[int, int]:
         return localfile.append_batch(root, app_id, shuffle_id, partition_id, blocks, direct=self.direct_io)
 
-    def read_index(self, root: str, app_id: str, shuffle_id: int, partition_id: int) -> tuple[bytes, int]:
-        return localfile.read_index(root, app_id, shuffle_id, partition_id)
+    def read_index(self, root: str, app_id: str, shuffle_id: int, partition_id: int, *,
+                   consistent: bool = False) -> tuple[bytes, int]:
+        return localfile.read_index(root, app_id, shuffle_id, partition_id, consistent=consistent)
 
     def read_data(self, root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int,
                   length: int) -> bytes:
-        return localfile.read_data(root, app_id, shuffle_id, partition_id, offset, length)
+        return localfile.read_data(root, app_id, shuffle_id, partition_id, offset, length, direct=self.direct_read)
 
     def open_data(self, root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int,
-                  length: int) -> localfile.DataFile:
-        return localfile.open_data(root, app_id, shuffle_id, partition_id, offset, length)
+                  length: int) -> localfile.DataFile | bytes:
+        return localfile.open_data(root, app_id, shuffle_id, partition_id, offset, length, direct=self.direct_read)
+
+    def advise_willneed(self, root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int,
+                        length: int) -> int | None:
+        return localfile.advise_willneed(root, app_id, shuffle_id, partition_id, offset, length)
 
     def remove_app(self, root: str, app_id: str, shuffle_id: int | None = None, *, max_ops: int | None = None,
                    progress: RemovalProgress | None = None) -> bool:

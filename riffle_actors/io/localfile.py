@@ -23,6 +23,22 @@ A file system that refuses ``O_DIRECT`` (``EINVAL`` at open or write: ramfs, tmp
 6.6, some FUSE/overlay mounts) gets buffered appends from then on; the reason is logged once
 per data path and reported by ``direct_io_refused``.
 
+Direct reads (``direct_io_read_enable``, Riffle README's key): ``read_data(direct=True)`` opens the
+data file with ``O_DIRECT`` and reads the range's ``DIRECT_ALIGN``-aligned cover into a page-aligned
+buffer (a reader thread's own, ``DIRECT_READ_BYTES``; a larger range gets one of its own for that read),
+then copies the range out. The file's last block is not padded on disk (appends cut it back), so the
+cover's tail is a short read at the end of the file: accepted when it holds the whole range. The page
+cache is neither read nor filled. ``sendfile`` cannot bypass the page cache, so with direct reads
+``open_data(direct=True)`` answers the bytes instead of an open file (as in Riffle, where direct reads
+take precedence over sendfile). A file system that refuses ``O_DIRECT`` at open (``EINVAL``) gets
+buffered reads from then on, logged once per data path and reported by ``direct_read_refused``; so
+does a data path whose appends fell back (Riffle reads directly only where appends are direct).
+
+Read-ahead (``[localfile_store.read_ahead_options]``, Riffle's): ``advise_willneed`` asks the kernel
+to read a range of a data file into the page cache (``posix_fadvise(POSIX_FADV_WILLNEED)``, as Riffle
+does); it holds no bytes of ours and returns once the reads are queued. Which ranges, and when, is
+``riffle_actors.state.read_ahead``'s decision.
+
 A read whose range reaches past the end of the data file is the client's mistake, not the
 disk's: ``read_data`` / ``open_data`` raise ``InvalidRequestError`` (INVALID_REQUEST, naming the
 partition and the file's length, never the path), which the disk does not count as a failure.
@@ -77,9 +93,13 @@ _ZEROS = bytes(DIRECT_ALIGN)
 _APPEND_LOCKS = tuple(threading.Lock() for _ in range(64))  # striped by partition path
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
 
+DIRECT_READ_BYTES = 8 << 20
+"""Size of a reader thread's aligned buffer of direct reads (a larger range gets its own, for that read)."""
+
 _staging = threading.local()
 _refused: dict[str, str] = {}  # data path -> why O_DIRECT is not used there
 _refused_lock = threading.Lock()
+_read_refused: dict[str, str] = {}  # data path -> why reads there do not use O_DIRECT
 
 
 class _DirectRefused(Exception):
@@ -89,6 +109,11 @@ class _DirectRefused(Exception):
 def direct_io_refused(root: str) -> str | None:
     """Why appends under ``root`` fell back to buffered IO, or None (direct IO in use, or not tried)."""
     return _refused.get(root)
+
+
+def direct_read_refused(root: str) -> str | None:
+    """Why direct reads under ``root`` fell back to buffered IO, or None (in use, or not tried)."""
+    return _read_refused.get(root) or _refused.get(root)
 
 
 def partition_dir(root: str, app_id: str, shuffle_id: int) -> str:
@@ -276,8 +301,21 @@ def _open_partition_dir(root: str, app_id: str, shuffle_id: int) -> int | None:
         return None
 
 
-def read_index(root: str, app_id: str, shuffle_id: int, partition_id: int) -> tuple[bytes, int]:
-    """The whole index (cut to whole records) and the data file length; empty when absent."""
+def read_index(root: str, app_id: str, shuffle_id: int, partition_id: int, *,
+               consistent: bool = False) -> tuple[bytes, int]:
+    """The whole index (cut to whole records) and the data file length; empty when absent.
+
+    ``consistent``: read both while holding the partition's append lock, so no append is half done
+    (its data written, its index records not yet; or, with O_DIRECT, its padding not yet cut): what
+    ``index_consistency_detection_enable`` compares. Without it an index read never waits for a spill."""
+    if consistent:
+        data_path, _ = partition_paths(root, app_id, shuffle_id, partition_id)
+        with _APPEND_LOCKS[hash(data_path) % len(_APPEND_LOCKS)]:
+            return _read_index(root, app_id, shuffle_id, partition_id)
+    return _read_index(root, app_id, shuffle_id, partition_id)
+
+
+def _read_index(root: str, app_id: str, shuffle_id: int, partition_id: int) -> tuple[bytes, int]:
     dir_fd = _open_partition_dir(root, app_id, shuffle_id)
     if dir_fd is None:
         return b"", 0
@@ -312,15 +350,38 @@ def read_index(root: str, app_id: str, shuffle_id: int, partition_id: int) -> tu
         os.close(dir_fd)
 
 
-def _open_data_file(root: str, app_id: str, shuffle_id: int, partition_id: int) -> int:
+class _DataFd(NamedTuple):
+    fd: int
+    direct: bool  # opened with O_DIRECT
+
+
+def _open_data_file(root: str, app_id: str, shuffle_id: int, partition_id: int, direct: bool = False) -> _DataFd:
     dir_fd = _open_partition_dir(root, app_id, shuffle_id)
     if dir_fd is None:
         data_path, _ = partition_paths(root, app_id, shuffle_id, partition_id)
         raise FileNotFoundError(errno.ENOENT, f"no such file {data_path}")
+    name = f"partition-{partition_id}.data"
     try:
-        return open_file(dir_fd, f"partition-{partition_id}.data", os.O_RDONLY)
+        if direct and _O_DIRECT and root not in _read_refused and root not in _refused:
+            try:
+                return _DataFd(open_file(dir_fd, name, os.O_RDONLY | _O_DIRECT), True)
+            except OSError as e:
+                if e.errno != errno.EINVAL:
+                    raise
+                _refuse_direct_reads(root, f"open with O_DIRECT: {e.strerror}")
+        return _DataFd(open_file(dir_fd, name, os.O_RDONLY), False)
     finally:
         os.close(dir_fd)
+
+
+def _refuse_direct_reads(root: str, why: str) -> None:
+    with _refused_lock:
+        first = root not in _read_refused
+        _read_refused[root] = why
+    if first:
+        logger.bind(disk=root).warning(
+            "data path {}: the file system refuses O_DIRECT ({}); reads there use buffered IO "
+            "(direct_io_read_enable)", root, why)
 
 
 def _check_range(fd: int, partition_id: int, offset: int, length: int) -> None:
@@ -330,21 +391,81 @@ def _check_range(fd: int, partition_id: int, offset: int, length: int) -> None:
                                   f"partition {partition_id} ({size} bytes)")
 
 
-def read_data(root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int, length: int) -> bytes:
-    """Exactly ``length`` bytes at ``offset`` of the data file; ``InvalidRequestError`` past its end, or ``OSError``."""
+def read_data(root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int, length: int,
+              direct: bool = False) -> bytes:
+    """Exactly ``length`` bytes at ``offset`` of the data file; ``InvalidRequestError`` past its end, or ``OSError``.
+
+    ``direct``: read with O_DIRECT (see the module docstring), buffered where the file system refuses it."""
     data_path, _ = partition_paths(root, app_id, shuffle_id, partition_id)
-    fd = _open_data_file(root, app_id, shuffle_id, partition_id)
+    fd = _open_data_file(root, app_id, shuffle_id, partition_id, direct=direct)
+    is_direct = direct and fd.direct
     try:
-        _check_range(fd, partition_id, offset, length)
+        _check_range(fd.fd, partition_id, offset, length)
+        if is_direct:
+            return _pread_direct(fd.fd, data_path, offset, length)
         parts = []
         got = 0
         while got < length:
-            chunk = os.pread(fd, length - got, offset + got)
+            chunk = os.pread(fd.fd, length - got, offset + got)
             if not chunk:
                 raise OSError(errno.ENODATA, f"data file {data_path} ends before offset {offset + length}")
             parts.append(chunk)
             got += len(chunk)
         return parts[0] if len(parts) == 1 else b"".join(parts)
+    finally:
+        os.close(fd.fd)
+
+
+def _read_buffer(size: int) -> tuple[mmap.mmap, bool]:
+    """A page-aligned buffer of at least ``size`` bytes and whether it is the thread's own (kept)."""
+    if size > DIRECT_READ_BYTES:
+        return mmap.mmap(-1, size), False
+    buf = getattr(_staging, "rbuf", None)
+    if buf is None:
+        buf = _staging.rbuf = mmap.mmap(-1, DIRECT_READ_BYTES)
+    return buf, True
+
+
+def _pread_direct(fd: int, data_path: str, offset: int, length: int) -> bytes:
+    """``length`` bytes at ``offset`` of ``fd`` (opened with O_DIRECT): the aligned cover of the range is
+    read into an aligned buffer; a short read is only accepted at the end of the file, once it covers
+    the range (the file's last block is not padded on disk)."""
+    start = offset - offset % DIRECT_ALIGN
+    end = offset + length
+    cover = -(-end // DIRECT_ALIGN) * DIRECT_ALIGN - start
+    buf, kept = _read_buffer(cover)
+    view = memoryview(buf)
+    try:
+        got = 0
+        while start + got < end:
+            n = os.preadv(fd, [view[got:cover]], start + got)
+            if n <= 0:
+                raise OSError(errno.ENODATA, f"data file {data_path} ends before offset {end}")
+            got += n
+            if start + got < end and got % DIRECT_ALIGN:
+                # a short read that is not at an aligned point cannot be continued with O_DIRECT
+                raise OSError(errno.EIO, f"short direct read of {data_path} at {start + got} (before {end})")
+        return bytes(view[offset - start:end - start])
+    finally:
+        view.release()
+        if not kept:
+            buf.close()
+
+
+def advise_willneed(root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int,
+                    length: int) -> int | None:
+    """Ask the kernel to read ``length`` bytes at ``offset`` of the data file into the page cache
+    (``POSIX_FADV_WILLNEED``, read-ahead), cut at the file's end; the bytes asked for, or None when
+    the file is gone (purged meanwhile)."""
+    try:
+        fd = _open_data_file(root, app_id, shuffle_id, partition_id).fd
+    except FileNotFoundError:
+        return None
+    try:
+        length = max(0, min(length, os.fstat(fd).st_size - offset))
+        if length:
+            os.posix_fadvise(fd, offset, length, os.POSIX_FADV_WILLNEED)
+        return length
     finally:
         os.close(fd)
 
@@ -357,11 +478,14 @@ class DataFile(NamedTuple):
     length: int
 
 
-def open_data(root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int, length: int) -> DataFile:
+def open_data(root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int, length: int,
+              direct: bool = False) -> DataFile | bytes:
     """The data file opened for reading ``length`` bytes at ``offset`` (checked to be there;
-    ``InvalidRequestError`` past its end), or ``OSError``."""
-    data_path, _ = partition_paths(root, app_id, shuffle_id, partition_id)
-    fd = _open_data_file(root, app_id, shuffle_id, partition_id)
+    ``InvalidRequestError`` past its end), or ``OSError``. ``direct``: where reads use O_DIRECT, the
+    range's bytes instead (``sendfile`` would go through the page cache)."""
+    if direct and _O_DIRECT and root not in _read_refused and root not in _refused:
+        return read_data(root, app_id, shuffle_id, partition_id, offset, length, direct=True)
+    fd = _open_data_file(root, app_id, shuffle_id, partition_id).fd
     try:
         _check_range(fd, partition_id, offset, length)
     except BaseException:

@@ -43,6 +43,7 @@ __all__ = [
     "build_index",
     "decode_index",
     "encode_index",
+    "index_inconsistency",
     "scan_index",
 ]
 
@@ -220,3 +221,26 @@ def scan_index(buf: bytes | bytearray | memoryview, data_len: int) -> IndexScan:
     unsigned = array("Q")
     unsigned.frombytes(ids.tobytes())  # every kept id is >= 0: the same bits
     return IndexScan(unsigned, kept, end, torn, bad, problem)
+
+
+def index_inconsistency(index: bytes | bytearray | memoryview, data_len: int) -> str | None:
+    """What is wrong between a served index and its data file, or None (Riffle's
+    ``index_consistency_detection_enable`` check, ``localfile.rs detect_index_inconsistency``).
+
+    As Riffle: the last record's ``offset + length`` must equal the data file's length (every byte
+    of the data file is indexed, and nothing indexed lies past its end). A torn tail (a length that
+    is not a multiple of 40) is reported too. Only the last record is decoded: constant work, and
+    no value read from the file is used for anything but this comparison. An empty index is
+    consistent with an empty data file only."""
+    size = len(index)
+    if size % INDEX_RECORD_SIZE:
+        return f"the index is {size} bytes, not a whole number of {INDEX_RECORD_SIZE}-byte records"
+    if size == 0:
+        return None if data_len == 0 else f"no index record for the {data_len} bytes of the data file"
+    offset, length, _u, _c, block_id, _t = INDEX_RECORD.unpack_from(index, size - INDEX_RECORD_SIZE)
+    if offset < 0 or length < 0:
+        return f"the last index record (block {block_id}) has offset {offset} and length {length}"
+    if offset + length != data_len:
+        return (f"the last index record (block {block_id}) ends at {offset + length}, the data file "
+                f"holds {data_len} bytes")
+    return None

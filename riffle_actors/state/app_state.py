@@ -120,12 +120,15 @@ class PartitionEntry:
     waiting for it (None when no start is under way).
     """
 
-    __slots__ = ("figures", "ref", "pending")
+    __slots__ = ("figures", "ref", "pending", "sequential_read")
 
     def __init__(self) -> None:
         self.figures = PartitionFigures()
         self.ref: Any = None
         self.pending: list[Any] | None = None
+        # read whole and in order (a memory read without a task filter came first): Riffle's mark
+        # for its sequential read-ahead, ``riffle_actors.state.read_ahead``
+        self.sequential_read = False
 
 
 class ShuffleState:

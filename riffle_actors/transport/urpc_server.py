@@ -738,7 +738,8 @@ class UrpcConnection(asyncio.BufferedProtocol):
         if isinstance(request, GetLocalShuffleData):
             data = await svc.get_local_data(request.app_id, request.shuffle_id, request.partition_id,
                                             request.storage_id, request.offset, request.length,
-                                            as_file=self.server.sendfile)
+                                            as_file=self.server.sendfile, next_segments=request.next_segments,
+                                            task_attempt_id=request.task_attempt_id)
             if isinstance(data, DataFile):
                 return encode_data_response(rid, StatusCode.SUCCESS, "", data.length), data
             return [encode_data_response(rid, StatusCode.SUCCESS, "", len(data)), data]

@@ -116,3 +116,38 @@ def test_disk_bench_direct_on_real_mounts(mounts, fstype):
     else:
         assert r.returncode == 1 and f"the file system of {root} refuses O_DIRECT" in r.stderr, r
     assert sorted(p.name for p in root.iterdir()) == []  # no bench file (nor probe) left behind
+
+
+@pytest.mark.parametrize("fstype", ["ramfs", "tmpfs"])
+def test_direct_reads_fall_back_to_buffered_where_refused_and_say_so_once(mounts, fstype):
+    """``direct_io_read_enable`` on a file system that refuses O_DIRECT at open (ramfs): every read is
+    still byte-exact (buffered), the reason is logged once for the data path and reported by
+    ``direct_read_refused``; where it is accepted (tmpfs since Linux 6.6), nothing is logged."""
+    root = _mount(mounts, fstype, fstype)
+    accepts = _accepts_direct(root)
+    rng = random.Random(8)
+    sent = [rng.randbytes(n) for n in (1, 4095, 70_000, 4097, 3)]
+    # appended buffered, so the refusal is met by the reads themselves (not already by the appends)
+    RealLocalIO(direct_io=False).append_batch(str(root), "app", 0, 2, [
+        Block(i, len(d), len(d), 0, 1, memoryview(d)) for i, d in enumerate(sent)])
+    io = RealLocalIO(direct_io=True, direct_read=True)
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="WARNING", format="{message}")
+    try:
+        records = decode_index(io.read_index(str(root), "app", 0, 2)[0])
+        for _ in range(2):
+            assert [io.read_data(str(root), "app", 0, 2, r.offset, r.length) for r in records] == sent
+            whole = io.open_data(str(root), "app", 0, 2, 0, sum(map(len, sent)))
+            if isinstance(whole, localfile.DataFile):
+                os.close(whole.fd)
+                assert not accepts  # sendfile is only offered where reads do not bypass the cache
+            else:
+                assert whole == b"".join(sent)
+    finally:
+        logger.remove(sink)
+    reason = localfile.direct_read_refused(str(root))
+    if accepts:
+        assert reason is None and not lines
+    else:
+        assert reason is not None and "O_DIRECT" in reason
+        assert len(lines) == 1 and "reads there use buffered IO" in lines[0] and str(root) in lines[0], lines

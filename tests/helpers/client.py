@@ -189,9 +189,12 @@ class UniffleClient:
     # ------------------------------------------------------------- driver
     async def register_shuffle(self, app_id: str, shuffle_id: int, partitions: Iterable[int], *,
                                local_order: bool = False, user: str = "tester",
-                               remote_storage: str = "", remote_conf: Mapping[str, str] | None = None) -> None:
+                               remote_storage: str = "", remote_conf: Mapping[str, str] | None = None,
+                               properties: Mapping[str, str] | None = None) -> None:
         pb = self.pb
         extra: dict[str, Any] = {}
+        if properties:  # the client's Spark conf (0.10+ clients send it with each registration)
+            extra["properties"] = dict(properties)
         if remote_storage:  # the HDFS tier: where this app's HDFS files go (spec §2.1)
             extra["remoteStorage"] = pb.RemoteStorage(path=remote_storage, remoteStorageConf=[
                 pb.RemoteStorageConfItem(key=k, value=v) for k, v in (remote_conf or {}).items()])

@@ -124,3 +124,64 @@ def test_concurrent_appends_to_one_partition_keep_every_block_at_its_indexed_off
     assert sum(e.length for e in entries) == len(data)
     for e in entries:
         assert data[e.offset:e.offset + e.length] == expected[e.block_id], f"block {e.block_id} misplaced"
+
+
+# --- direct reads (direct_io_read_enable) ------------------------------------------------------------
+def _resident_bytes(path: str) -> int:
+    out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", path],
+                         capture_output=True, text=True, check=True).stdout
+    return int(out.split()[0])
+
+
+def _evict(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def test_direct_reads_return_exactly_the_range_at_any_alignment(tmp_path: Path):
+    """Unaligned starts and ends, the file's unpadded tail (a short read at the end of the file), ranges
+    larger than a reader thread's buffer, an empty range, and past-the-end refusals."""
+    _needs_direct(tmp_path)
+    size = localfile.DIRECT_READ_BYTES + 3 * 4096 + 123  # the last block is not a whole 4096
+    localfile.append_batch(str(tmp_path), "app", 1, 3, _blocks([size - 5000, 5000], 9), direct=True)
+    data, _ = _files(tmp_path)
+    assert len(data) == size
+    rng = random.Random(4)
+    ranges = [(0, size), (0, 1), (1, 4095), (4095, 2), (4096, 4096), (size - 1, 1), (size - 4097, 4097),
+              (size - 123, 123), (5, localfile.DIRECT_READ_BYTES), (0, 0), (size, 0)]
+    ranges += [(o, rng.randint(0, size - o)) for o in (rng.randrange(size) for _ in range(40))]
+    for offset, length in ranges:
+        got = localfile.read_data(str(tmp_path), "app", 1, 3, offset, length, direct=True)
+        assert got == data[offset:offset + length], (offset, length)
+    assert localfile.direct_read_refused(str(tmp_path)) is None
+    from riffle_actors.errors import InvalidRequestError
+    with pytest.raises(InvalidRequestError, match="past the end"):
+        localfile.read_data(str(tmp_path), "app", 1, 3, size - 1, 2, direct=True)
+
+
+def test_direct_reads_bypass_the_page_cache_and_replace_sendfile(tmp_path: Path):
+    _needs_direct(tmp_path)
+    if shutil.which("fincore") is None:
+        pytest.skip("fincore (util-linux) is needed to see the page cache")
+    io = RealLocalIO(direct_io=True, direct_read=True)
+    io.append_batch(str(tmp_path), "app", 1, 3, _blocks([4 << 20, 77], 2))
+    data_path, _ = localfile.partition_paths(str(tmp_path), "app", 1, 3)
+    _evict(data_path)
+    assert _resident_bytes(data_path) == 0
+    expected = Path(data_path).read_bytes()
+    _evict(data_path)
+    assert io.read_data(str(tmp_path), "app", 1, 3, 0, len(expected)) == expected
+    # sendfile would read through the page cache: the bytes come back instead of an open file
+    assert io.open_data(str(tmp_path), "app", 1, 3, 10, 1 << 20) == expected[10:10 + (1 << 20)]
+    assert _resident_bytes(data_path) == 0
+    buffered = RealLocalIO(direct_io=True, direct_read=False)
+    assert buffered.read_data(str(tmp_path), "app", 1, 3, 0, len(expected)) == expected
+    assert _resident_bytes(data_path) >= 4 << 20
+    f = buffered.open_data(str(tmp_path), "app", 1, 3, 0, 5)
+    assert isinstance(f, localfile.DataFile)
+    os.close(f.fd)
+    # Riffle reads directly only where it appends directly
+    assert RealLocalIO(direct_io=False, direct_read=True).direct_read is False
