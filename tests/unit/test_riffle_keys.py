@@ -192,7 +192,8 @@ def test_start_notes_say_what_each_riffle_only_key_does():
     quiet = validate_config(ServerConfig, _with("conf_reload_enable", False,
                                                 _with("localfile_store.direct_io_read_enable", False)))
     assert riffle_key_notes(quiet) == []
-    loud = validate_config(ServerConfig, _with("localfile_store.direct_io_read_enable", True))
+    loud = validate_config(ServerConfig, _with("tracing", {"jaeger_reporter_endpoint": "http://127.0.0.1:14268",
+                                                          "jaeger_service_name": "riffle"}))
     assert [level for level, _ in riffle_key_notes(loud)] == ["WARNING"]
 
 
