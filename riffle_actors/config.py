@@ -787,9 +787,10 @@ class ServerConfig(StrictModel):
         100, ge=1, le=65536, description="HTTP/2 streams (RPCs) one gRPC connection may have open at once; the "
                                          "client queues more")
     grpc_max_reply_bytes_per_connection: ByteSize = Field(
-        "256M", ge=1 << 20, description="read reply bytes one gRPC connection may hold (being read, or waiting "
-                                        "for the client's HTTP/2 flow-control window); above it reads wait, "
-                                        "then get NO_BUFFER after reply_wait_timeout_sec")
+        "64M", ge=1 << 20, description="read reply bytes one gRPC connection may hold (being read, or waiting "
+                                       "for the client's HTTP/2 flow-control window; each reply counted twice: "
+                                       "this process's bytes and gRPC core's copy); above it reads wait, then "
+                                       "get NO_BUFFER after reply_wait_timeout_sec")
     max_reply_bytes: ByteSize = Field(
         "1G", ge=1 << 20, description="read reply bytes the server holds over gRPC and urpc together (being "
                                       "read, or sent and not yet taken by the client), outside "

@@ -236,7 +236,7 @@ def _h2_streams(port: int, path: str, body: bytes, n: int) -> tuple[socket.socke
 
 
 async def test_an_http2_client_that_never_grants_window_is_bounded(tmp_path: Path) -> None:
-    top = 'grpc_max_reply_bytes_per_connection = "64M"\nreply_wait_timeout_sec = 2'
+    top = 'reply_wait_timeout_sec = 2'  # grpc_max_reply_bytes_per_connection: the default (64M)
     with server(tmp_path, top=top) as srv:
         blocks, length = await _spilled_partition(srv, APP, 56, 256 << 10)
         before = srv.vm_hwm()
