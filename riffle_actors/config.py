@@ -649,6 +649,9 @@ class UrpcConfig(StrictModel):
     max_connections: int = Field(
         4096, ge=1, description="open urpc connections; more are closed at once with a logged reason "
                                 "(each executor opens up to rss.client.netty.client.connections.per.peer, 2)")
+    max_connections_per_address: int = Field(
+        1024, ge=1, description="open urpc connections from one source address (IP); more are closed at once "
+                                "with a logged reason, so one host cannot take every max_connections slot")
     max_inflight_bytes: ByteSize = Field(
         "256M", ge=1 << 20, description="bytes of large request frames (those above 64K) received and not yet "
                                         "processed, over all connections; above it connections stop reading "
