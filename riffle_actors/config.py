@@ -686,6 +686,9 @@ class UrpcConfig(StrictModel):
     max_connections: int = Field(
         4096, ge=1, description="open urpc connections; more are closed at once with a logged reason "
                                 "(each executor opens up to rss.client.netty.client.connections.per.peer, 2)")
+    max_connections_per_address: int = Field(
+        1024, ge=1, description="open urpc connections from one source address (IP); more are closed at once "
+                                "with a logged reason, so one host cannot take every max_connections slot")
     max_inflight_bytes: ByteSize = Field(
         "256M", ge=1 << 20, description="bytes of large request frames (those above 64K) received and not yet "
                                         "processed, over all connections; above it connections stop reading "
@@ -838,9 +841,10 @@ class ServerConfig(StrictModel):
         100, ge=1, le=65536, description="HTTP/2 streams (RPCs) one gRPC connection may have open at once; the "
                                          "client queues more")
     grpc_max_reply_bytes_per_connection: ByteSize = Field(
-        "256M", ge=1 << 20, description="read reply bytes one gRPC connection may hold (being read, or waiting "
-                                        "for the client's HTTP/2 flow-control window); above it reads wait, "
-                                        "then get NO_BUFFER after reply_wait_timeout_sec")
+        "64M", ge=1 << 20, description="read reply bytes one gRPC connection may hold (being read, or waiting "
+                                       "for the client's HTTP/2 flow-control window; each reply counted twice: "
+                                       "this process's bytes and gRPC core's copy); above it reads wait, then "
+                                       "get NO_BUFFER after reply_wait_timeout_sec")
     max_reply_bytes: ByteSize = Field(
         "1G", ge=1 << 20, description="read reply bytes the server holds over gRPC and urpc together (being "
                                       "read, or sent and not yet taken by the client), outside "

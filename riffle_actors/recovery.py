@@ -35,7 +35,7 @@ from riffle_actors.actors.app import RestoreApp
 from riffle_actors.actors.app_manager import GetOrCreateApp
 from riffle_actors.actors.disk import DiskResources
 from riffle_actors.actors.hdfs_writer import RegisterRemoteStorage
-from riffle_actors.errors import InvalidRequestError, RiffleError
+from riffle_actors.errors import InvalidRequestError
 from riffle_actors.io.meta_store import DEFAULT_MAX_FILE_BYTES, DiskScan, remove_tree, scan_root
 from riffle_actors.runtime import ActorRef
 from riffle_actors.state.recovery import RecoveryPlan, plan_recovery
@@ -145,7 +145,7 @@ async def _recover(disks: Sequence[DiskResources], app_manager: ActorRef, hdfs: 
         report.apps += 1
         report.shuffles += len(app.shuffles)
         report.partitions += app.partitions
-        report.reported_blocks += sum(len(ids) for s in app.shuffles.values() for ids in s.reported.values())
+        report.reported_blocks += sum(s.reported.id_count() for s in app.shuffles.values())
         if app.lost_blocks:
             report.lost_by_app[app.app_id] = app.lost_blocks
             report.lost_blocks += app.lost_blocks

@@ -551,7 +551,9 @@ class ShuffleServer:
         if urpc_port is not None:
             uc = cfg.urpc_config
             self._urpc = UrpcServer(self.service, self.metrics, max_frame_bytes=cfg.grpc_max_message_size,
-                                    max_connections=uc.max_connections, max_inflight_bytes=uc.max_inflight_bytes,
+                                    max_connections=uc.max_connections,
+                                    max_connections_per_address=uc.max_connections_per_address,
+                                    max_inflight_bytes=uc.max_inflight_bytes,
                                     max_requests_per_connection=uc.max_requests_per_connection,
                                     index_v2=uc.get_index_rpc_version == "V2", sendfile=uc.sendfile_enable,
                                     sendfile_stall_s=uc.sendfile_stall_timeout_sec,

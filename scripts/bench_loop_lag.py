@@ -35,6 +35,16 @@ result misses ids.
     python scripts/bench_loop_lag.py [--tasks 1000] [--ids-per-task 2000] [--partitions 20000]
     python scripts/bench_loop_lag.py --layout distinct-highs,equal-highs,huge-partition,tiny-partitions
 
+``--gc`` runs no server: in this process, it fills one shuffle's reported ids through
+``AppState.report`` for each of ``--gc-partitions`` (200k and 1M) partitions of ``--gc-ids`` (5)
+Spark block ids, in reports of at most ``--report-ids`` ids, once with the sets as they are stored
+now (``BlockIdSetMap``) and once in the old shape (a dict of one GC-tracked ``BlockIdSet`` per
+partition, as a baseline), and prints for each the worst full (generation-2) collection that ran
+while reporting (``gc.callbacks``), the worst of 3 explicit ``gc.collect()`` afterwards, the
+GC-tracked objects alive, and the old/new ratios.
+
+    python scripts/bench_loop_lag.py --gc [--gc-partitions 200000,1000000]
+
 Figures vary run to run on a shared 2-core box (the three processes share the cores).
 """
 
@@ -319,6 +329,93 @@ class LagTrace:
         return max(values)  # type: ignore[type-var]
 
 
+# ----------------------------------------------------------------------------- --gc
+class _OldShape(dict):
+    """The reported sets as they were stored before ``BlockIdSetMap``: a dict of ``BlockIdSet``s."""
+
+    def update_and_count(self, partition_id: int, block_ids) -> int:
+        from riffle_actors.protocol.bitmap import BlockIdSet
+
+        ids = self.get(partition_id)
+        if ids is None:
+            ids = self[partition_id] = BlockIdSet()
+        return ids.update_and_count(block_ids)
+
+
+def gc_pauses(partitions: int, ids_per_partition: int, report_ids: int, old_shape: bool) -> dict:
+    """One shuffle's reports in this process; the collections they cost (see the module docstring)."""
+    import gc
+
+    from riffle_actors.protocol.blockid import SPARK_DEFAULT
+    from riffle_actors.runtime import ManualClock
+    from riffle_actors.state.app_state import AppLimits, AppState
+
+    state = AppState("bench_gc_app", ManualClock(), 60.0, AppLimits(max_partitions=max(partitions, 1 << 20)))
+    state.register_shuffle(0, [(0, partitions - 1)], False)
+    if old_shape:
+        state.shuffles[0].reported = _OldShape()
+    pauses: list[tuple[int, float]] = []
+    started = [0.0]
+
+    def on_gc(phase: str, info: dict) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            pauses.append((info["generation"], time.perf_counter() - started[0]))
+
+    per_report = max(1, report_ids // ids_per_partition)
+    gc.collect()
+    gc.callbacks.append(on_gc)
+    t0 = time.perf_counter()
+    try:
+        for first in range(0, partitions, per_report):
+            report = ((p, [SPARK_DEFAULT.get_block_id(seq, p, p % 1000) for seq in range(ids_per_partition)])
+                      for p in range(first, min(first + per_report, partitions)))
+            state.report(0, report)
+    finally:
+        gc.callbacks.remove(on_gc)
+    took = time.perf_counter() - t0
+    explicit = []
+    for _ in range(3):
+        t1 = time.perf_counter()
+        gc.collect()
+        explicit.append(time.perf_counter() - t1)
+    full = [ms for gen, ms in pauses if gen == 2]
+    result = {"report_s": took, "full_collections": len(full), "worst_full": max(full, default=0.0),
+              "worst_young": max((ms for gen, ms in pauses if gen < 2), default=0.0),
+              "collect": max(explicit), "tracked": len(gc.get_objects()),
+              "ids": sum(len(ids) for ids in state.shuffles[0].reported.values()) if old_shape
+              else state.shuffles[0].reported.id_count()}
+    del state
+    gc.collect()
+    return result
+
+
+def run_gc_mode(opts: argparse.Namespace) -> int:
+    print(f"reported ids and the cyclic GC: one shuffle, {opts.gc_ids} ids a partition, reports of at most "
+          f"{opts.report_ids} ids; load {os.getloadavg()[0]:.1f}")
+    print(f"{'partitions':>10} {'shape':22} {'report s':>8} {'full GCs':>8} {'worst full ms':>13} "
+          f"{'worst young ms':>14} {'gc.collect ms':>13} {'tracked objs':>12}")
+    ratios = []
+    for partitions in (int(n) for n in opts.gc_partitions.split(",")):
+        rows = {}
+        for old_shape in (True, False):
+            r = rows[old_shape] = gc_pauses(partitions, opts.gc_ids, opts.report_ids, old_shape)
+            if r["ids"] != partitions * opts.gc_ids:
+                raise SystemExit(f"{r['ids']} ids reported, {partitions * opts.gc_ids} expected")
+            shape = "old: dict of BlockIdSet" if old_shape else "now: BlockIdSetMap"
+            print(f"{partitions:>10} {shape:22} {r['report_s']:8.2f} {r['full_collections']:8d} "
+                  f"{r['worst_full'] * 1000:13.1f} {r['worst_young'] * 1000:14.1f} {r['collect'] * 1000:13.1f} "
+                  f"{r['tracked']:>12}")
+        old, new = rows[True], rows[False]
+        ratios.append(f"{partitions} partitions: gc.collect old/now {old['collect'] / new['collect']:.1f}x, worst "
+                      f"full collection while reporting {old['worst_full'] * 1000:.1f} -> {new['worst_full'] * 1000:.1f}"
+                      f" ms, tracked objects {old['tracked']} -> {new['tracked']}")
+    for line in ratios:
+        print(line)
+    return 0
+
+
 # ----------------------------------------------------------------------------- main
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -341,7 +438,13 @@ def main() -> int:
     ap.add_argument("--baseline-s", type=float, default=3.0, help="probe-only window before the load")
     ap.add_argument("--scrape-ms", type=float, default=250.0, help="period of the /metrics scrapes")
     ap.add_argument("--capacity", default="256M", help="server memory capacity")
+    ap.add_argument("--gc", action="store_true",
+                    help="no server: the cyclic GC's pauses over reported ids, now and in the old shape")
+    ap.add_argument("--gc-partitions", default="200000,1000000", help="--gc: reported partitions (comma list)")
+    ap.add_argument("--gc-ids", type=int, default=5, help="--gc: block ids per partition")
     opts = ap.parse_args()
+    if opts.gc:
+        return run_gc_mode(opts)
     bad = 0
     summary = []
     for layout in opts.layout.split(","):

@@ -87,6 +87,7 @@ from riffle_actors.errors import (
     NoRegisterError,
     RiffleError,
 )
+from riffle_actors.protocol.bitmap import release_steps
 from riffle_actors.protocol.blockid import BlockIdLayout
 from riffle_actors.protocol.shuffle_meta import (
     BLOCK_IDS,
@@ -95,7 +96,6 @@ from riffle_actors.protocol.shuffle_meta import (
     encode_block_ids_steps,
     encode_register,
 )
-from riffle_actors.protocol.bitmap import release_steps
 from riffle_actors.records import Block
 from riffle_actors.runtime import (
     ActorDeadError,
@@ -456,7 +456,7 @@ class AppActor(Supervisor):
         finally:
             del done  # a refusal's traceback holds this frame: no cycle through the task that raised it
         if sink:
-            body = self._lane.submit(encode_block_ids_steps(sink))  # 200k partitions: ~0.5 s in slices
+            body = self._lane.submit(encode_block_ids_steps(sink[0]))  # 200k partitions: ~0.5 s in slices
             if inspect.isawaitable(body):
                 body = await body
             fut = self._write_meta(shuffle_id, BLOCK_IDS, body)
@@ -720,7 +720,7 @@ class AppActor(Supervisor):
                 huge_partition_bytes=tuple(f.total_bytes for f in figures if f.huge),
                 lost_blocks=sh.lost_blocks,
                 hdfs_bytes=sum(f.hdfs_bytes for f in figures),
-                reported_block_ids=sum(len(ids) for ids in sh.reported.values()),
+                reported_block_ids=sh.reported.id_count(),
             )
         return AppInfo(s.app_id, s.user, s.registered_epoch_ms, s.clock.monotonic() - s.last_seen_monotonic,
                        shuffles, s.partition_count(), staging + in_flight, in_flight, s.received_bytes(),

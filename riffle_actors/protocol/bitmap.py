@@ -56,6 +56,7 @@ __all__ = [
     "MAX_ID",
     "STEP_IDS",
     "BlockIdSet",
+    "BlockIdSetMap",
     "TaskIdFilter",
     "deserialize_block_ids",
     "id_array",
@@ -552,6 +553,189 @@ def deserialize_block_ids(buf: Buffer) -> BlockIdSet:
     return BlockIdSet.deserialize(buf)
 
 
+class BlockIdSetMap:
+    """``partition id -> BlockIdSet`` that keeps no object per set for the cyclic GC to scan.
+
+    What a shuffle's reported ids live in (``riffle_actors.state.app_state``): one shuffle may have
+    up to 1M reported partitions, and a GC-tracked object per partition (a ``BlockIdSet`` is one:
+    ``__slots__`` objects are tracked) made every full collection walk them all: 17-205 ms at 200k
+    partitions, up to 350 ms at 1M, with the event loop stopped. Here a partition is a
+    ``pyroaring.BitMap64`` (a C object, not tracked) in a dict of ints to them (which CPython
+    leaves untracked while it holds only untracked values), and the cached counts of
+    ``BlockIdSet`` (cardinality, -1 = unknown, and the container bound) are two ``array('q')``
+    columns indexed by a slot per partition (another untracked dict). ``gc.get_referents`` of the
+    map, whatever its size, is a handful of objects (``scripts/bench_loop_lag.py --gc``).
+
+    Reading: ``map[pid]``, ``get``, ``items``, ``values`` and ``views`` give ``BlockIdSet`` *views*
+    made on access: they share the partition's bitmap (ids added later show through) and carry
+    the counts of that moment. A view is for reading; a set changed through it must be stored
+    back (``map[pid] = view``), else the map's counts go stale. Writing: ``update_and_count``
+    (a report's batch), ``update_ids``, ``add_empty``, ``map[pid] = set`` (the map takes the set's
+    bitmap, which the set then shares), ``update`` (another map or dict), ``popitem``.
+    """
+
+    __slots__ = ("_bitmaps", "_containers", "_lens", "_slots")
+
+    def __init__(self) -> None:
+        self._bitmaps: dict[int, BitMap64] = {}
+        self._slots: dict[int, int] = {}  # partition id -> index into the two count columns
+        self._lens = array("q")  # cardinality, -1 = unknown
+        self._containers = array("q")  # a bound on the set's containers (``BlockIdSet._containers``)
+
+    def _view(self, partition_id: int, bitmap: BitMap64) -> BlockIdSet:
+        slot = self._slots[partition_id]
+        return BlockIdSet._wrap(bitmap, self._containers[slot], self._lens[slot])
+
+    def _store(self, partition_id: int, ids: BlockIdSet) -> None:
+        slot = self._slots.get(partition_id)
+        if slot is None:
+            slot = self._slots[partition_id] = len(self._lens)
+            self._lens.append(ids._len)
+            self._containers.append(ids._containers)
+        else:
+            self._lens[slot] = ids._len
+            self._containers[slot] = ids._containers
+        self._bitmaps[partition_id] = ids._bitmap
+
+    # -- mapping, read side -------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._bitmaps)
+
+    def __bool__(self) -> bool:
+        return bool(self._bitmaps)
+
+    def __contains__(self, partition_id: object) -> bool:
+        return partition_id in self._bitmaps
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._bitmaps)
+
+    def keys(self) -> Iterable[int]:
+        return self._bitmaps.keys()
+
+    def __getitem__(self, partition_id: int) -> BlockIdSet:
+        return self._view(partition_id, self._bitmaps[partition_id])
+
+    def get(self, partition_id: int, default: BlockIdSet | None = None) -> BlockIdSet | None:
+        bitmap = self._bitmaps.get(partition_id)
+        return default if bitmap is None else self._view(partition_id, bitmap)
+
+    def items(self) -> Iterator[tuple[int, BlockIdSet]]:
+        bitmaps = self._bitmaps
+        for partition_id in list(bitmaps):  # a snapshot of the keys (ints, no tuple each): safe against changes
+            bitmap = bitmaps.get(partition_id)
+            if bitmap is not None:
+                yield partition_id, self._view(partition_id, bitmap)
+
+    def values(self) -> Iterator[BlockIdSet]:
+        for item in self.items():
+            yield item[1]
+
+    def has_ids(self, partition_id: int) -> bool:
+        """Whether the partition has a set with at least one id (no view made)."""
+        bitmap = self._bitmaps.get(partition_id)
+        return bitmap is not None and bool(bitmap)
+
+    def views(self, partition_ids: Sequence[int]) -> Sequence[BlockIdSet]:
+        """The sets of ``partition_ids`` (each one present) as a sequence whose items are made when read
+        (for ``union_serialize_steps``: no view outlives its step, and its counts are current)."""
+        return _Views(self, partition_ids)
+
+    def id_count(self) -> int:
+        """Ids over all partitions (a count still unknown is computed once and cached)."""
+        lens = self._lens
+        if min(lens, default=0) >= 0:
+            return sum(lens)
+        total = 0
+        for partition_id, bitmap in self._bitmaps.items():
+            slot = self._slots[partition_id]
+            if lens[slot] < 0:
+                lens[slot] = len(bitmap)
+            total += lens[slot]
+        return total
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, BlockIdSetMap):
+            return self._bitmaps == other._bitmaps
+        if isinstance(other, dict):
+            return self._bitmaps.keys() == other.keys() and all(self[p] == ids for p, ids in other.items())
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __repr__(self) -> str:
+        return f"BlockIdSetMap(<{len(self)} partitions>)"
+
+    # -- mapping, write side ------------------------------------------------------------
+
+    def __setitem__(self, partition_id: int, ids: BlockIdSet) -> None:
+        self._store(partition_id, ids)
+
+    def add_empty(self, partition_id: int) -> None:
+        """Make the partition's set (empty) if it has none."""
+        if partition_id not in self._bitmaps:
+            self._store(partition_id, BlockIdSet())
+
+    def update_and_count(self, partition_id: int, block_ids: Iterable[int]) -> int:
+        """``BlockIdSet.update_and_count`` on the partition's set (made if missing): the ids that were new."""
+        ids = self.get(partition_id)
+        if ids is None:
+            ids = BlockIdSet()
+        new = ids.update_and_count(block_ids)
+        self._store(partition_id, ids)
+        return new
+
+    def update_ids(self, partition_id: int, block_ids: Iterable[int]) -> None:
+        """``BlockIdSet.update`` on the partition's set (made if missing)."""
+        ids = self.get(partition_id)
+        if ids is None:
+            ids = BlockIdSet()
+        ids.update(block_ids)
+        self._store(partition_id, ids)
+
+    def update(self, other: BlockIdSetMap | dict[int, BlockIdSet]) -> None:
+        """Add every set of ``other``: a partition new here takes ``other``'s set, else the union."""
+        for partition_id, ids in other.items():
+            mine = self.get(partition_id)
+            if mine is None:
+                self._store(partition_id, ids)
+            else:
+                mine.update(ids)
+                self._store(partition_id, mine)
+
+    def popitem(self) -> tuple[int, BlockIdSet]:
+        """Remove one partition; its set (the map's count columns keep their dead slot until the map goes)."""
+        partition_id, bitmap = self._bitmaps.popitem()
+        ids = self._view(partition_id, bitmap)
+        slot = self._slots.pop(partition_id)
+        self._lens[slot] = self._containers[slot] = 0  # a dead slot counts nothing
+        return partition_id, ids
+
+
+class _Views(Sequence[BlockIdSet]):
+    """``BlockIdSetMap.views``: the sets of some partitions, each view made when it is read."""
+
+    __slots__ = ("_map", "_partition_ids")
+
+    def __init__(self, sets: BlockIdSetMap, partition_ids: Sequence[int]) -> None:
+        self._map = sets
+        self._partition_ids = partition_ids
+
+    def __len__(self) -> int:
+        return len(self._partition_ids)
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def, override]
+        if isinstance(index, slice):
+            return _Views(self._map, self._partition_ids[index])
+        return self._map[self._partition_ids[index]]
+
+    def __iter__(self) -> Iterator[BlockIdSet]:
+        sets = self._map
+        for partition_id in self._partition_ids:
+            yield sets[partition_id]
+
+
 class _IdArray(array):
     """An ``array('Q')`` made by ``id_array``: every id is known to be below 2**63."""
 
@@ -594,12 +778,17 @@ def id_array(block_ids: Iterable[int]) -> array:
 # Sliced encoding: bounded work per step, whatever the layout
 # --------------------------------------------------------------------------------------
 
-STEP_IDS = 2048
+STEP_IDS = 1024
 """Ids one step of ``union_serialize_steps`` handles at most (extracted, added or encoded).
 
 The slowest layout is one id per high word (a hot partition under Uniffle's block-id layout):
 every id is then a bucket of its own, ~0.5-1 us of C (CRoaring's 64-bit tree) and ~2 us of
-Python each, so a step stays below ~5 ms; with dense ids a step is ~10-30 us."""
+Python each, so a step stays below ~2-3 ms; with dense ids a step is ~5-15 us. A busy lane's
+step is what another app's RPC waits for at each of its 4-5 loop turns (on top of the 1 ms
+slice), so the bound counts about five times in a heartbeat's latency: measured in CPU time per
+step (p99), 1024 against 2048 ids took a report of 400k ids 0.9 against 2.1 ms (distinct highs),
+2.6 against 5.5 ms (equal highs), 0.5 against 1.0 ms (10-id partitions), their shuffle results
+0.6-1.4 against 0.9-3.0 ms, for 0-20 % more CPU in all."""
 
 _WHOLE_ARRAY_IDS = 1 << 22  # ``to_array`` in one C call (~3 ns an id) only up to this many ids
 _WHOLE_ARRAY_CONTAINERS = 4096  # ... and this many containers (a sparse container costs ~0.3 us)
@@ -733,7 +922,7 @@ def _id_chunks(ids: BlockIdSet) -> Iterator[array]:
         start = chunk[-1] + 1
 
 
-def release_steps(sets: dict[int, BlockIdSet]) -> Generator[None, None, None]:
+def release_steps(sets: dict[int, BlockIdSet] | BlockIdSetMap) -> Generator[None, None, None]:
     """Empty ``sets`` (popping its entries) in steps of at most ``STEP_IDS`` containers freed.
 
     Dropping a set frees all its containers in one C call: one 2M-id partition of one-id buckets
@@ -801,7 +990,7 @@ def union_serialize_steps(sets: Sequence[BlockIdSet]) -> Generator[None, None, b
                 yield
         union.update(pending)
         source = BlockIdSet._wrap(union, containers)
-    own = source is not sets[0] if sets else False
+    own = len(sets) != 1  # a union made here (sets[0] may be a view made on access: no identity test)
     writer = _LegacyWriter()
     for chunk in _id_chunks(source):
         yield

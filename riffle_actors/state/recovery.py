@@ -28,7 +28,7 @@ from array import array
 from dataclasses import dataclass, field
 
 from riffle_actors.io.meta_store import DiskScan, ScannedShuffle
-from riffle_actors.protocol.bitmap import BlockIdSet
+from riffle_actors.protocol.bitmap import BlockIdSet, BlockIdSetMap
 from riffle_actors.protocol.shuffle_meta import BlockIdsRecord, RegisterRecord, SegmentRecord
 from riffle_actors.state.tier_policy import HDFS_TIER
 
@@ -46,7 +46,7 @@ class RecoveredShuffle:
     ranges: list[tuple[int, int]]
     local_order: bool
     remote_storage: str
-    reported: dict[int, BlockIdSet]
+    reported: BlockIdSetMap
     partitions: dict[int, RecoveredPartition]
     lost_blocks: int = 0  # reported ids with no data on any disk
     lost_partitions: tuple[int, ...] = ()  # partitions with at least one lost block
@@ -97,7 +97,7 @@ def _build_shuffle(shuffle_id: int, copies: list[tuple[str, ScannedShuffle]], me
     ranges: list[tuple[int, int]] = []
     local_order = False
     remote = ""
-    reported: dict[int, BlockIdSet] = {}
+    reported = BlockIdSetMap()  # no GC-tracked object per partition (a shuffle may have 1M)
     segment_order: dict[int, list[str]] = {}
     all_reported_ids = array("Q")
     for _disk, s in metas:
@@ -116,10 +116,7 @@ def _build_shuffle(shuffle_id: int, copies: list[tuple[str, ScannedShuffle]], me
             elif isinstance(rec, BlockIdsRecord):
                 for pid, ids in rec.parts:
                     all_reported_ids.extend(ids)
-                    got = reported.get(pid)
-                    if got is None:
-                        got = reported[pid] = BlockIdSet()
-                    got.update(ids)
+                    reported.update_ids(pid, ids)
             elif isinstance(rec, SegmentRecord):
                 order = segment_order.setdefault(rec.partition_id, [])
                 if rec.disk not in order:

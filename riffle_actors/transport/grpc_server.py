@@ -165,7 +165,7 @@ def _layout(layout: pb.BlockIdLayout) -> BlockIdLayout | None:
 
 class ShuffleServerServicer(pb_grpc.ShuffleServerServicer):
     def __init__(self, service: ShuffleService, metrics: Metrics, *, replies: ReplyBudget | None = None,
-                 max_reply_bytes_per_connection: int = 256 << 20):
+                 max_reply_bytes_per_connection: int = 64 << 20):
         self.service = service
         self.metrics = metrics
         self.replies = replies if replies is not None else ReplyBudget(1 << 30, 10.0)

@@ -29,7 +29,8 @@ One ``UrpcConnection`` (an ``asyncio.BufferedProtocol``) per TCP connection:
   fails its outstanding requests at once instead of waiting for its timeout). Each is logged
   with the peer (rate limited) and counted in ``riffle_server_urpc_refused_total``-style RPC
   metrics under ``rpc="urpc:<reason>"``.
-- At most ``max_connections`` connections; an extra one is closed at once and logged.
+- At most ``max_connections`` connections, and at most ``max_connections_per_address`` from one source
+  address (so one host cannot take every slot); an extra one is closed at once and logged.
 - Timeouts, checked by one ticker task for all connections (``UrpcConnection.tick``): a frame whose
   bytes do not all arrive within ``frame_read_timeout_sec`` of the first (or that arrives slower
   than ``frame_read_min_bytes_per_sec`` once it has been arriving ``RATE_GRACE_S``), a new
@@ -126,7 +127,8 @@ class UrpcServer:
     """The listener: connection limit, the shared in-flight byte budget, start and stop."""
 
     def __init__(self, service: ShuffleService, metrics: Metrics, *, max_frame_bytes: int,
-                 max_connections: int = 4096, max_inflight_bytes: int = 256 << 20,
+                 max_connections: int = 4096, max_connections_per_address: int = 1024,
+                 max_inflight_bytes: int = 256 << 20,
                  max_requests_per_connection: int = 64, index_v2: bool = False, sendfile: bool = True,
                  sendfile_stall_s: float = 60.0, idle_timeout_s: float = 900.0, frame_timeout_s: float = 60.0,
                  frame_min_rate: int = 64 << 10, max_reply_bytes_per_connection: int = 64 << 20,
@@ -135,6 +137,8 @@ class UrpcServer:
         self.metrics = metrics
         self.max_frame_bytes = max_frame_bytes
         self.max_connections = max_connections
+        self.max_connections_per_address = max_connections_per_address
+        self._per_address: dict[str, int] = {}  # source address (no port) -> its open connections
         self.max_inflight_bytes = max_inflight_bytes
         self.max_requests_per_connection = max_requests_per_connection
         self.index_v2 = index_v2
@@ -231,7 +235,34 @@ class UrpcServer:
         self.budget_waits += 1
         self._budget_waiters.append(conn)
 
+    def admit(self, conn: UrpcConnection, address: str) -> bool:
+        """Count a new connection from ``address``, or refuse it (False) when one of the limits is reached."""
+        if len(self.connections) >= self.max_connections:
+            self.refused_connections += 1
+            self.metrics.rpc_total.labels("urpc:connection", "REFUSED").inc()
+            self.warn("max_connections", "refused a connection from {}: {} connections open "
+                      "([urpc_config] max_connections)", conn.peer, len(self.connections))
+            return False
+        open_here = self._per_address.get(address, 0)
+        if open_here >= self.max_connections_per_address:
+            self.refused_connections += 1
+            self.metrics.rpc_total.labels("urpc:connection_per_address", "REFUSED").inc()
+            self.warn("max_connections_per_address", "refused a connection from {}: {} connections open from "
+                      "{} ([urpc_config] max_connections_per_address)", conn.peer, open_here, address)
+            return False
+        self._per_address[address] = open_here + 1
+        self.connections.add(conn)
+        self._connected.set()
+        return True
+
     def forget(self, conn: UrpcConnection) -> None:
+        if conn in self.connections:
+            address = conn.address
+            left = self._per_address.get(address, 0) - 1
+            if left > 0:
+                self._per_address[address] = left
+            else:
+                self._per_address.pop(address, None)
         self.connections.discard(conn)
         try:
             self._budget_waiters.remove(conn)
@@ -247,6 +278,7 @@ class UrpcConnection(asyncio.BufferedProtocol):
         self.service = server.service
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
+        self.address = "?"  # the peer's address without its port (``max_connections_per_address``)
         self.tasks: set[asyncio.Task] = set()
         self._buf = bytearray(SMALL_BUFFER_BYTES)
         self._view = memoryview(self._buf)
@@ -280,17 +312,12 @@ class UrpcConnection(asyncio.BufferedProtocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.address = str(peer[0]) if isinstance(peer, tuple) else str(peer)
         srv = self.server
-        if len(srv.connections) >= srv.max_connections:
-            srv.refused_connections += 1
-            srv.metrics.rpc_total.labels("urpc:connection", "REFUSED").inc()
-            srv.warn("max_connections", "refused a connection from {}: {} connections open "
-                     "([urpc_config] max_connections)", self.peer, len(srv.connections))
+        if not srv.admit(self, self.address):
             self._closed = True
             transport.abort()
             return
-        srv.connections.add(self)
-        srv._connected.set()
         transport.set_write_buffer_limits(high=min(WRITE_HIGH_WATER_BYTES, srv.max_reply_bytes_per_connection))
 
     def connection_lost(self, exc) -> None:

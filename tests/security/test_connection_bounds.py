@@ -5,7 +5,7 @@
   send then completes. A frame dripping in below ``frame_read_min_bytes_per_sec`` is closed too.
 - Idle sockets: a flood that takes every ``max_connections`` slot (some never send a frame, some
   send one and go quiet) is closed after ``frame_read_timeout_sec`` / ``idle_timeout_sec``, and a
-  new client is then served.
+  new client is then served. One source address gets at most ``max_connections_per_address`` of them.
 - Replies nobody takes: a urpc client pipelining GetLocalShuffleData and never reading its socket,
   and an HTTP/2 client opening many getLocalShuffleData streams and never granting flow-control
   window, grow the server's peak RSS by less than 150 MB (replies are bounded per connection by
@@ -172,6 +172,50 @@ async def test_an_idle_socket_flood_is_closed_and_new_clients_are_served(tmp_pat
                 s.close()
 
 
+def _served(sock: socket.socket) -> bool:
+    """Whether the server answers one urpc request on ``sock`` (a memory read of an unknown app)."""
+    sock.settimeout(30)
+    sock.sendall(urpc.encode_get_memory_data(1, APP, 0, 0, -1, 1024))
+    return len(sock.recv(urpc.HEADER_SIZE, socket.MSG_WAITALL)) == urpc.HEADER_SIZE
+
+
+async def test_one_address_cannot_take_every_connection_slot(tmp_path: Path) -> None:
+    with server(tmp_path, urpc_config="max_connections = 16\nmax_connections_per_address = 4") as srv:
+        mine = [socket.create_connection(("127.0.0.1", srv.urpc_port)) for _ in range(4)]
+        others: list[socket.socket] = []
+        try:
+            assert all(_served(s) for s in mine)
+            extra = socket.create_connection(("127.0.0.1", srv.urpc_port))  # a fifth from 127.0.0.1
+            await _closed_by_server(extra, 10)
+            extra.close()
+            assert srv.metric("riffle_server_rpc_total", rpc="urpc:connection_per_address", status="REFUSED") == 1
+            assert "max_connections_per_address" in srv.log.read_text()
+            # another source address still gets its connections (the server's slots are not all taken)
+            for _ in range(4):
+                other = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                others.append(other)
+                other.bind(("127.0.0.2", 0))
+                other.connect(("127.0.0.1", srv.urpc_port))
+                assert _served(other)
+            # a slot given back is free for that address again
+            mine.pop().close()
+
+            def admitted() -> bool:
+                again = socket.create_connection(("127.0.0.1", srv.urpc_port))
+                try:
+                    if _served(again):
+                        mine.append(again)
+                        return True
+                except OSError:
+                    pass  # refused: the server has not seen the close yet
+                again.close()
+                return False
+            await poll_until(admitted, timeout=30, interval=0.1, message="the closed connection's slot was not given back")
+        finally:
+            for s in mine + others:
+                s.close()
+
+
 # ---------------------------------------------------------------------------- replies nobody takes
 READS = 64  # requests per attacking connection
 
@@ -236,7 +280,7 @@ def _h2_streams(port: int, path: str, body: bytes, n: int) -> tuple[socket.socke
 
 
 async def test_an_http2_client_that_never_grants_window_is_bounded(tmp_path: Path) -> None:
-    top = 'grpc_max_reply_bytes_per_connection = "64M"\nreply_wait_timeout_sec = 2'
+    top = 'reply_wait_timeout_sec = 2'  # grpc_max_reply_bytes_per_connection: the default (64M)
     with server(tmp_path, top=top) as srv:
         blocks, length = await _spilled_partition(srv, APP, 56, 256 << 10)
         before = srv.vm_hwm()
