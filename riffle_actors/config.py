@@ -55,6 +55,12 @@ def parse_byte_size(value: Any) -> int:
 ByteSize = Annotated[int, BeforeValidator(parse_byte_size)]
 
 
+def SizeField(default: str, **kw: Any) -> Any:  # noqa: N802 - used like pydantic's Field
+    """A ``ByteSize`` field whose default is written as a size (``"1G"``): validated like a configured
+    value (``validate_default``) and shown as written in the generated config docs."""
+    return Field(default, **kw)
+
+
 class FieldProblem(ValueError):
     """Raised by cross-field checks so the error names the offending key, not its section."""
 
@@ -287,7 +293,7 @@ class RiffleBufferType(enum.StrEnum):
 class MemoryStoreConfig(StrictModel):
     """``[memory_store]``: the write buffer budget and its tickets."""
 
-    capacity: ByteSize = Field("1G", gt=0, description="bytes of shuffle data held in memory")
+    capacity: ByteSize = SizeField("1G", gt=0, description="bytes of shuffle data held in memory")
     buffer_ticket_timeout_sec: int = Field(
         60, ge=1, description="a requireBuffer ticket not used by a send within this time is released"
     )
@@ -326,7 +332,7 @@ class IoLimiterConfig(StrictModel):
 class ReadAheadConfig(StrictModel):
     """``[localfile_store.read_ahead_options]`` (Riffle): sequential read-ahead of data files. Not built here."""
 
-    batch_size: ByteSize = Field("14M", gt=0, description="bytes read ahead per batch")
+    batch_size: ByteSize = SizeField("14M", gt=0, description="bytes read ahead per batch")
     batch_number: int = Field(4, ge=1, description="batches read ahead")
     read_plan_enable: bool = Field(False, description="read plans from the client's read pattern")
     read_plan_concurrency: int = Field(100, ge=1, description="read plans in progress at once")
@@ -370,7 +376,7 @@ class LocalfileStoreConfig(StrictModel):
         True, description="spill appends bypass the page cache (O_DIRECT from aligned buffers; the unaligned "
                           "tail is rewritten by the next append); a file system that refuses O_DIRECT gets "
                           "buffered appends, with the reason logged")
-    recovery_file_max_size: ByteSize = Field(
+    recovery_file_max_size: ByteSize = SizeField(
         "1G", ge=1 << 20, description="restart recovery reads no shuffle.meta or partition index larger than "
                                          "this (the shuffle or partition counts as lost, logged); a metadata "
                                          "append that would grow a shuffle.meta past it fails")
@@ -396,11 +402,11 @@ class LocalfileStoreConfig(StrictModel):
     direct_io_read_enable: bool = Field(
         False, description="Riffle README: O_DIRECT reads (Riffle 0.27 itself no longer reads this key)",
         json_schema_extra=riffle_key(RiffleKind.NOT_YET, "reads go through the page cache here", inert=False))
-    disk_write_buf_capacity: ByteSize = Field(
+    disk_write_buf_capacity: ByteSize = SizeField(
         "1M", description="Riffle's write buffer of a data file",
         json_schema_extra=riffle_key(RiffleKind.NO_EFFECT, "a spill batch is written by one call from its own "
                                                             "buffer; there is no intermediate write buffer"))
-    disk_read_buf_capacity: ByteSize = Field(
+    disk_read_buf_capacity: ByteSize = SizeField(
         "1M", description="Riffle's read buffer of a data file",
         json_schema_extra=riffle_key(RiffleKind.NO_EFFECT, "a read is one pread (or sendfile) of the requested "
                                                             "range; there is no intermediate read buffer"))
@@ -443,7 +449,7 @@ class HybridStoreConfig(StrictModel):
 
     memory_spill_high_watermark: float = Field(0.8, gt=0, le=1, description="used/capacity that starts a spill")
     memory_spill_low_watermark: float = Field(0.2, ge=0, lt=1, description="spill until used/capacity is below")
-    memory_single_buffer_max_spill_size: ByteSize | None = Field(
+    memory_single_buffer_max_spill_size: ByteSize | None = SizeField(
         "128M", description="a partition buffer above this size is spilled on its own; unset = never"
     )
     memory_spill_max_concurrency: int = Field(8, ge=1, description="spills in flight across all disks")
@@ -574,11 +580,11 @@ class AppConfig(StrictModel):
     app_heartbeat_timeout_min: float = Field(5, gt=0, description="apps silent this long are purged")
     app_expiry_check_interval_sec: int = Field(10, ge=1, description="how often silent apps are looked for")
     partition_limit_enable: bool = Field(False, description="mark partitions above the threshold huge")
-    partition_limit_threshold: ByteSize = Field("20G", gt=0, description="bytes after which a partition is huge")
+    partition_limit_threshold: ByteSize = SizeField("20G", gt=0, description="bytes after which a partition is huge")
     partition_limit_memory_backpressure_ratio: float = Field(
         0.2, gt=0, le=1, description="huge partitions holding more than this share of capacity get NO_BUFFER_FOR_HUGE_PARTITION"
     )
-    huge_partition_memory_single_buffer_max_spill_size: ByteSize = Field(
+    huge_partition_memory_single_buffer_max_spill_size: ByteSize = SizeField(
         "64M", gt=0, description="spill size of a huge partition's buffer"
     )
     app_number_hard_limit: int = Field(
@@ -611,7 +617,7 @@ class AppConfig(StrictModel):
         False, description="Riffle: ask clients to move a partition above partition_split_threshold elsewhere",
         json_schema_extra=riffle_key(RiffleKind.NOT_YET, "no partition split here (partition_limit_* marks huge "
                                                           "partitions and applies back pressure)", inert=False))
-    partition_split_threshold: ByteSize = Field(
+    partition_split_threshold: ByteSize = SizeField(
         "40G", gt=0, description="Riffle: partition size that triggers a split",
         json_schema_extra=riffle_key(RiffleKind.NOT_YET, "see partition_split_enable", inert=40 << 30))
 
@@ -649,7 +655,7 @@ class UrpcConfig(StrictModel):
     max_connections: int = Field(
         4096, ge=1, description="open urpc connections; more are closed at once with a logged reason "
                                 "(each executor opens up to rss.client.netty.client.connections.per.peer, 2)")
-    max_inflight_bytes: ByteSize = Field(
+    max_inflight_bytes: ByteSize = SizeField(
         "256M", ge=1 << 20, description="bytes of large request frames (those above 64K) received and not yet "
                                         "processed, over all connections; above it connections stop reading "
                                         "until some are done")
@@ -667,14 +673,14 @@ class UrpcConfig(StrictModel):
         60.0, gt=0, description="a request frame whose bytes do not all arrive within this time of its first "
                                 "one (or a new connection with no frame within it) is closed, releasing what "
                                 "it reserved of max_inflight_bytes")
-    frame_read_min_bytes_per_sec: ByteSize = Field(
+    frame_read_min_bytes_per_sec: ByteSize = SizeField(
         "64K", ge=0, description="a frame arriving slower than this on average (judged after 5 s) closes the "
                                  "connection; 0 = only frame_read_timeout_sec")
     idle_timeout_sec: float = Field(
         900.0, gt=0, description="a connection with no request for this long (and nothing in progress) is "
                                  "closed; above the client's own 600 s idle close "
                                  "(rss.client.netty.client.connection.timeout.ms), and it reconnects anyway")
-    max_reply_bytes_per_connection: ByteSize = Field(
+    max_reply_bytes_per_connection: ByteSize = SizeField(
         "64M", ge=1 << 20, description="reply bytes one connection may hold (being read for it, or written and "
                                        "not yet read by the client); above it the connection stops reading "
                                        "requests until its client reads (one reply always goes through)")
@@ -786,11 +792,11 @@ class ServerConfig(StrictModel):
     grpc_max_concurrent_streams: int = Field(
         100, ge=1, le=65536, description="HTTP/2 streams (RPCs) one gRPC connection may have open at once; the "
                                          "client queues more")
-    grpc_max_reply_bytes_per_connection: ByteSize = Field(
+    grpc_max_reply_bytes_per_connection: ByteSize = SizeField(
         "256M", ge=1 << 20, description="read reply bytes one gRPC connection may hold (being read, or waiting "
                                         "for the client's HTTP/2 flow-control window); above it reads wait, "
                                         "then get NO_BUFFER after reply_wait_timeout_sec")
-    max_reply_bytes: ByteSize = Field(
+    max_reply_bytes: ByteSize = SizeField(
         "1G", ge=1 << 20, description="read reply bytes the server holds over gRPC and urpc together (being "
                                       "read, or sent and not yet taken by the client), outside "
                                       "memory_store.capacity; a read above it waits, then gets NO_BUFFER")
@@ -798,7 +804,7 @@ class ServerConfig(StrictModel):
         10.0, gt=0, description="how long a read waits for max_reply_bytes (or "
                                 "grpc_max_reply_bytes_per_connection) before it is answered NO_BUFFER (the "
                                 "client backs off and retries)")
-    grpc_max_message_size: ByteSize = Field(
+    grpc_max_message_size: ByteSize = SizeField(
         "64M", ge=1 << 20, le=1 << 30,
         description="largest gRPC request and urpc frame accepted (refused before it is buffered) and largest "
                     "getLocalShuffleData read served; the client sends at most 16M per request by default")

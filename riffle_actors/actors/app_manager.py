@@ -75,6 +75,10 @@ def check_app_id(app_id: str) -> None:
         raise InvalidRequestError(f"invalid {e}") from None
 
 
+def _forget_creating(creating: set[str], app_id: str, _task: object) -> None:
+    creating.discard(app_id)
+
+
 class AppDirectory(dict[str, ActorRef]):
     """app id -> AppActor ref; mutated only by the AppManagerActor."""
 
@@ -234,7 +238,7 @@ class AppManagerActor(Actor):
                         self._admit(app_id)
                     self._creating.add(app_id)
                 task = self._app_step(app_id, partial(self._create_app, app_id))
-                task.add_done_callback(lambda _t, a=app_id: self._creating.discard(a))
+                task.add_done_callback(partial(_forget_creating, self._creating, app_id))
                 return task
             case PurgeApp(app_id=app_id, reason=reason):
                 return self._purge(app_id, reason)

@@ -34,7 +34,7 @@ import bisect
 from array import array
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 from riffle_actors.runtime import Clock
 from riffle_actors.errors import InvalidRequestError, NoRegisterError
@@ -56,7 +56,7 @@ _IDS_PER_CHUNK = STEP_IDS  # a partition's ids are converted and added this many
 _SEQUENCE_TYPES: dict[type, bool] = {}  # per-type isinstance(..., Sequence): an ABC check costs ~0.5 us
 
 
-def _is_sequence(value: object) -> bool:
+def _is_sequence(value: object) -> TypeGuard[Sequence[int]]:
     cls = type(value)
     known = _SEQUENCE_TYPES.get(cls)
     if known is None:
@@ -109,7 +109,8 @@ def drain(steps: Generator[None, None, T]) -> T:
         while True:
             next(steps)
     except StopIteration as done:
-        return done.value
+        result: T = done.value
+        return result
 
 
 class PartitionEntry:
@@ -259,7 +260,7 @@ class AppState:
         return drain(self.report_steps(shuffle_id, partition_to_block_ids))
 
     def report_steps(self, shuffle_id: int, partition_to_block_ids: Iterable[tuple[int, Iterable[int]]],
-                     sink: list[tuple[int, array]] | None = None) -> Generator[None, None, int]:
+                     sink: list[tuple[int, array[int]]] | None = None) -> Generator[None, None, int]:
         """``report`` in steps. NO_REGISTER / INVALID_REQUEST come from the first ``next()`` / a check step.
 
         The whole report is checked before anything is added, so a bad id, a partition that is not
@@ -295,19 +296,18 @@ class AppState:
         return new
 
     def _checked_batches(self, shuffle: ShuffleState, partition_to_block_ids: Iterable[tuple[int, Iterable[int]]],
-                         ) -> Generator[None, None, list[tuple[int, array]]]:
+                         ) -> Generator[None, None, list[tuple[int, array[int]]]]:
         """The check pass of ``report_steps``: the report's ids as checked batches, or a refusal."""
         shuffle_id = shuffle.shuffle_id
         limits = self.limits
-        batches: list[tuple[int, array]] = []
+        batches: list[tuple[int, array[int]]] = []
         work = 0
         total = 0  # ids (a partition counts one at least) against report_block_id_number_max_limit
         unknown: list[int] = []
         unknown_count = 0
         for partition_id, block_ids in partition_to_block_ids:
-            if not _is_sequence(block_ids):
-                block_ids = list(block_ids)  # a generator or a set: nothing to slice
-            n = len(block_ids)
+            ids: Sequence[int] = block_ids if _is_sequence(block_ids) else list(block_ids)  # a generator: no slices
+            n = len(ids)
             total += max(n, 1)
             if total > limits.report_max_ids:
                 raise InvalidRequestError(
@@ -332,7 +332,7 @@ class AppState:
                 continue  # refused anyway: convert nothing more
             for start in range(0, max(n, 1), _IDS_PER_CHUNK):
                 # a slice even when it is the whole: a protobuf field converts faster as a list
-                chunk = block_ids[start:start + _IDS_PER_CHUNK]
+                chunk = ids[start:start + _IDS_PER_CHUNK]
                 try:
                     batches.append((partition_id, id_array(chunk)))
                 except ProtocolError as e:

@@ -112,7 +112,7 @@ SENDFILE_THREADS = 4
 RATE_GRACE_S = 5.0  # a frame's average arrival rate is judged once it has been arriving this long
 MAX_TICK_S = 0.5
 _SEND = MessageType.SEND_SHUFFLE_DATA_REQUEST
-_RPC_NAMES = {
+_RPC_NAMES: dict[int, str] = {
     MessageType.SEND_SHUFFLE_DATA_REQUEST: "urpc:sendShuffleData",
     MessageType.GET_LOCAL_SHUFFLE_INDEX_REQUEST: "urpc:getLocalShuffleIndex",
     MessageType.GET_LOCAL_SHUFFLE_DATA_REQUEST: "urpc:getLocalShuffleData",
