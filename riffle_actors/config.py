@@ -55,7 +55,7 @@ def parse_byte_size(value: Any) -> int:
 ByteSize = Annotated[int, BeforeValidator(parse_byte_size)]
 
 
-def SizeField(default: str, **kw: Any) -> Any:  # noqa: N802 - used like pydantic's Field
+def SizeField(default: str, **kw: Any) -> Any:
     """A ``ByteSize`` field whose default is written as a size (``"1G"``): validated like a configured
     value (``validate_default``) and shown as written in the generated config docs."""
     return Field(default, **kw)
