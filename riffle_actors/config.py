@@ -55,6 +55,12 @@ def parse_byte_size(value: Any) -> int:
 ByteSize = Annotated[int, BeforeValidator(parse_byte_size)]
 
 
+def SizeField(default: str, **kw: Any) -> Any:
+    """A ``ByteSize`` field whose default is written as a size (``"1G"``): validated like a configured
+    value (``validate_default``) and shown as written in the generated config docs."""
+    return Field(default, **kw)
+
+
 class FieldProblem(ValueError):
     """Raised by cross-field checks so the error names the offending key, not its section."""
 
@@ -287,7 +293,7 @@ class RiffleBufferType(enum.StrEnum):
 class MemoryStoreConfig(StrictModel):
     """``[memory_store]``: the write buffer budget and its tickets."""
 
-    capacity: ByteSize = Field("1G", gt=0, description="bytes of shuffle data held in memory")
+    capacity: ByteSize = SizeField("1G", gt=0, description="bytes of shuffle data held in memory")
     buffer_ticket_timeout_sec: int = Field(
         60, ge=1, description="a requireBuffer ticket not used by a send within this time is released"
     )
@@ -332,7 +338,7 @@ class ReadAheadConfig(StrictModel):
     (``posix_fadvise(WILLNEED)`` on the disk's read-ahead threads, ``disk_read_ahead_threads``); no
     bytes are held by the server. See ``riffle_actors.state.read_ahead`` and docs/storage.md."""
 
-    batch_size: ByteSize = Field("14M", gt=0, le=1 << 30, description="bytes per read-ahead batch (apps "
+    batch_size: ByteSize = SizeField("14M", gt=0, le=1 << 30, description="bytes per read-ahead batch (apps "
                                  "with spark.rss.riffle.readAheadEnabled = true): a sequential reader's first read (at offset 0) loads batch_number batches, "
                                  "each read within two batches of the loaded end loads two more")
     batch_number: int = Field(4, ge=1, le=64, description="batches loaded by a sequential reader's first read")
@@ -380,7 +386,7 @@ class LocalfileStoreConfig(StrictModel):
         True, description="spill appends bypass the page cache (O_DIRECT from aligned buffers; the unaligned "
                           "tail is rewritten by the next append); a file system that refuses O_DIRECT gets "
                           "buffered appends, with the reason logged")
-    recovery_file_max_size: ByteSize = Field(
+    recovery_file_max_size: ByteSize = SizeField(
         "1G", ge=1 << 20, description="restart recovery reads no shuffle.meta or partition index larger than "
                                          "this (the shuffle or partition counts as lost, logged); a metadata "
                                          "append that would grow a shuffle.meta past it fails")
@@ -410,11 +416,11 @@ class LocalfileStoreConfig(StrictModel):
                            "cannot bypass the page cache; Riffle prefers direct reads too); a file system "
                            "that refuses O_DIRECT gets buffered reads, with the reason logged. Riffle README's "
                            "key (Riffle 0.27 chooses the mode per client instead)")
-    disk_write_buf_capacity: ByteSize = Field(
+    disk_write_buf_capacity: ByteSize = SizeField(
         "1M", description="Riffle's write buffer of a data file",
         json_schema_extra=riffle_key(RiffleKind.NO_EFFECT, "a spill batch is written by one call from its own "
                                                             "buffer; there is no intermediate write buffer"))
-    disk_read_buf_capacity: ByteSize = Field(
+    disk_read_buf_capacity: ByteSize = SizeField(
         "1M", description="Riffle's read buffer of a data file",
         json_schema_extra=riffle_key(RiffleKind.NO_EFFECT, "a read is one pread (or sendfile) of the requested "
                                                             "range; there is no intermediate read buffer"))
@@ -426,7 +432,7 @@ class LocalfileStoreConfig(StrictModel):
                            "Riffle also copies both files to /tmp, not done here)")
     io_limiter: IoLimiterConfig | None = Field(
         None, description="Riffle's disk throughput limit per disk (disk throttle; unset = not limited)")
-    scrub_rate: ByteSize = Field(
+    scrub_rate: ByteSize = SizeField(
         "8M", ge=0, description="bytes per second each disk's scrubber re-reads of its spilled data files to "
                                 "check every block's CRC (charged to io_limiter too, when set); 0 = no scrubbing")
     scrub_interval_sec: float = Field(
@@ -466,7 +472,7 @@ class HybridStoreConfig(StrictModel):
 
     memory_spill_high_watermark: float = Field(0.8, gt=0, le=1, description="used/capacity that starts a spill")
     memory_spill_low_watermark: float = Field(0.2, ge=0, lt=1, description="spill until used/capacity is below")
-    memory_single_buffer_max_spill_size: ByteSize | None = Field(
+    memory_single_buffer_max_spill_size: ByteSize | None = SizeField(
         "128M", description="a partition buffer above this size is spilled on its own; unset = never"
     )
     memory_spill_max_concurrency: int = Field(8, ge=1, description="spills in flight across all disks")
@@ -597,11 +603,11 @@ class AppConfig(StrictModel):
     app_heartbeat_timeout_min: float = Field(5, gt=0, description="apps silent this long are purged")
     app_expiry_check_interval_sec: int = Field(10, ge=1, description="how often silent apps are looked for")
     partition_limit_enable: bool = Field(False, description="mark partitions above the threshold huge")
-    partition_limit_threshold: ByteSize = Field("20G", gt=0, description="bytes after which a partition is huge")
+    partition_limit_threshold: ByteSize = SizeField("20G", gt=0, description="bytes after which a partition is huge")
     partition_limit_memory_backpressure_ratio: float = Field(
         0.2, gt=0, le=1, description="huge partitions holding more than this share of capacity get NO_BUFFER_FOR_HUGE_PARTITION"
     )
-    huge_partition_memory_single_buffer_max_spill_size: ByteSize = Field(
+    huge_partition_memory_single_buffer_max_spill_size: ByteSize = SizeField(
         "64M", gt=0, description="spill size of a huge partition's buffer"
     )
     app_number_hard_limit: int = Field(
@@ -639,7 +645,7 @@ class AppConfig(StrictModel):
                            "partition_split_threshold, as Riffle: a successful requireBuffer naming it lists it "
                            "in needSplitPartitionIds (read by Uniffle 0.10+ clients with partition reassignment; "
                            "the 0.9.2 client has no such field and ignores it); the partition keeps being served")
-    partition_split_threshold: ByteSize = Field(
+    partition_split_threshold: ByteSize = SizeField(
         "40G", gt=0, description="bytes received by a partition after which it is split (must be below "
                                  "partition_limit_threshold when partition_limit_enable is set too); reloadable")
 
@@ -689,7 +695,7 @@ class UrpcConfig(StrictModel):
     max_connections_per_address: int = Field(
         1024, ge=1, description="open urpc connections from one source address (IP); more are closed at once "
                                 "with a logged reason, so one host cannot take every max_connections slot")
-    max_inflight_bytes: ByteSize = Field(
+    max_inflight_bytes: ByteSize = SizeField(
         "256M", ge=1 << 20, description="bytes of large request frames (those above 64K) received and not yet "
                                         "processed, over all connections; above it connections stop reading "
                                         "until some are done")
@@ -707,14 +713,14 @@ class UrpcConfig(StrictModel):
         60.0, gt=0, description="a request frame whose bytes do not all arrive within this time of its first "
                                 "one (or a new connection with no frame within it) is closed, releasing what "
                                 "it reserved of max_inflight_bytes")
-    frame_read_min_bytes_per_sec: ByteSize = Field(
+    frame_read_min_bytes_per_sec: ByteSize = SizeField(
         "64K", ge=0, description="a frame arriving slower than this on average (judged after 5 s) closes the "
                                  "connection; 0 = only frame_read_timeout_sec")
     idle_timeout_sec: float = Field(
         900.0, gt=0, description="a connection with no request for this long (and nothing in progress) is "
                                  "closed; above the client's own 600 s idle close "
                                  "(rss.client.netty.client.connection.timeout.ms), and it reconnects anyway")
-    max_reply_bytes_per_connection: ByteSize = Field(
+    max_reply_bytes_per_connection: ByteSize = SizeField(
         "64M", ge=1 << 20, description="reply bytes one connection may hold (being read for it, or written and "
                                        "not yet read by the client); above it the connection stops reading "
                                        "requests until its client reads (one reply always goes through)")
@@ -840,12 +846,12 @@ class ServerConfig(StrictModel):
     grpc_max_concurrent_streams: int = Field(
         100, ge=1, le=65536, description="HTTP/2 streams (RPCs) one gRPC connection may have open at once; the "
                                          "client queues more")
-    grpc_max_reply_bytes_per_connection: ByteSize = Field(
+    grpc_max_reply_bytes_per_connection: ByteSize = SizeField(
         "64M", ge=1 << 20, description="read reply bytes one gRPC connection may hold (being read, or waiting "
                                        "for the client's HTTP/2 flow-control window; each reply counted twice: "
                                        "this process's bytes and gRPC core's copy); above it reads wait, then "
                                        "get NO_BUFFER after reply_wait_timeout_sec")
-    max_reply_bytes: ByteSize = Field(
+    max_reply_bytes: ByteSize = SizeField(
         "1G", ge=1 << 20, description="read reply bytes the server holds over gRPC and urpc together (being "
                                       "read, or sent and not yet taken by the client), outside "
                                       "memory_store.capacity; a read above it waits, then gets NO_BUFFER")
@@ -853,7 +859,7 @@ class ServerConfig(StrictModel):
         10.0, gt=0, description="how long a read waits for max_reply_bytes (or "
                                 "grpc_max_reply_bytes_per_connection) before it is answered NO_BUFFER (the "
                                 "client backs off and retries)")
-    grpc_max_message_size: ByteSize = Field(
+    grpc_max_message_size: ByteSize = SizeField(
         "64M", ge=1 << 20, le=1 << 30,
         description="largest gRPC request and urpc frame accepted (refused before it is buffered) and largest "
                     "getLocalShuffleData read served; the client sends at most 16M per request by default")

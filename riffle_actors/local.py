@@ -208,7 +208,8 @@ Everything listens on 127.0.0.1 only. Ctrl-C stops both.""", flush=True)
             time.sleep(0.5)
         for p in procs:
             if p.poll() is not None:
-                print(f"riffle-local: {p.args[2]} exited with code {p.returncode}; stopping", file=sys.stderr)
+                name = p.args[2] if isinstance(p.args, list) else p.args  # [python, -m, module, ...]
+                print(f"riffle-local: {name!s} exited with code {p.returncode}; stopping", file=sys.stderr)
         code = 1
     except KeyboardInterrupt:
         code = 0

@@ -16,6 +16,8 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 from loguru import logger
 
@@ -27,7 +29,7 @@ _FORMAT = (
 )
 
 
-def _add_context(record: dict) -> None:  # type: ignore[type-arg]
+def _add_context(record: dict[str, Any]) -> None:
     # Render bound context (app_id=..., trace_id=...) after the message without a custom sink.
     extra = {k: v for k, v in record["extra"].items() if k != "ctx"}
     record["extra"]["ctx"] = (" | " + " ".join(f"{k}={v}" for k, v in extra.items())) if extra else ""
@@ -118,7 +120,7 @@ class RateLimitedLog:
     ``suppressed`` counts the calls swallowed since the last one, so the log line can say so.
     """
 
-    def __init__(self, interval_s: float, *, monotonic=time.monotonic):  # type: ignore[no-untyped-def]
+    def __init__(self, interval_s: float, *, monotonic: Callable[[], float] = time.monotonic):
         self.interval_s = interval_s
         self._monotonic = monotonic
         self._last: dict[str, float] = {}

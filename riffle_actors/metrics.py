@@ -95,8 +95,8 @@ class _StateCollector:
             acc[0] += st.depth
             acc[1] += st.restarts
             acc[2] += st.processed
-        for kind, (d, r, p) in sorted(grouped.items()):
-            depth.add_metric([kind], d)
+        for kind, (depth_sum, r, p) in sorted(grouped.items()):
+            depth.add_metric([kind], depth_sum)
             restarts.add_metric([kind], r)
             processed.add_metric([kind], p)
         yield from (depth, restarts, processed)
@@ -223,10 +223,10 @@ class _RiffleNamesCollector:
         urpc = {rpc[5:]: v for rpc, v in by_rpc.items() if rpc.startswith("urpc:")}
         _add(grpc_total, ["ALL"], sum(grpc.values()))
         _add(urpc_total, ["ALL"], sum(urpc.values()))
-        for rpc, value in sorted(grpc.items()):
-            _add(grpc_total, [_GRPC_SERVICE + rpc], value)
-        for rpc, value in sorted(urpc.items()):
-            _add(urpc_total, [rpc], value)
+        for rpc, calls in sorted(grpc.items()):
+            _add(grpc_total, [_GRPC_SERVICE + rpc], calls)
+        for rpc, calls in sorted(urpc.items()):
+            _add(urpc_total, [rpc], calls)
         yield from (grpc_total, urpc_total)
         yield _counter("total_require_buffer_failed", "requireBuffer refusals", require_failed)
         yield _histogram_as(m.rpc_seconds, "grpc_duration_seconds", "gRPC latency", "rpc", "path",

@@ -45,7 +45,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
@@ -96,6 +96,7 @@ from riffle_actors.reconf import RELOADABLE, ConfigReloader
 from riffle_actors.recovery import RecoveryReport, recover
 from riffle_actors.runtime import (
     ActorDeadError,
+    ActorRef,
     ActorSystem,
     ChildSpec,
     ChildTable,
@@ -122,6 +123,10 @@ from riffle_actors.transport.http_server import start_http_server
 from riffle_actors.transport.reply_budget import ReplyBudget
 from riffle_actors.transport.server_internal import ShuffleServerInternalServicer
 from riffle_actors.transport.urpc_server import UrpcServer
+
+if TYPE_CHECKING:
+    import grpc
+    from aiohttp import web
 
 #: How long a graceful stop waits for the coordinators to take the "stopping" heartbeat.
 ANNOUNCE_TIMEOUT_S = 2.0
@@ -267,12 +272,12 @@ class ShuffleServer:
         self._urpc: UrpcServer | None = None
         self.start_time_ms = int(self.clock.time() * 1000)
         self.escalated: BaseException | None = None
-        self._grpc = None
-        self._http = None
+        self._grpc: grpc.aio.Server | None = None
+        self._http: web.AppRunner | None = None
         self._pusher_task: asyncio.Task | None = None
         self._stopped = False
-        self.app_manager = None
-        self.heartbeat = None
+        self.app_manager: ActorRef | None = None
+        self.heartbeat: ActorRef | None = None
         self.admin: AdminService | None = None
         self.ip = "127.0.0.1"
         self.server_id = ""
@@ -301,7 +306,7 @@ class ShuffleServer:
             # the only bases this server writes to or connects to (the clients' paths are checked against it)
             allowed=AllowedRemoteStorages((b.path, b.conf) for b in hc.remote_storage),
         ) if cfg.store_type.has_hdfs else None
-        self.hdfs = None
+        self.hdfs: ActorRef | None = None
         self.hdfs_route: HdfsSpillRoute | None = None
         self.lifecycle: Lifecycle | None = None
         #: how an operator's kill (or a finished decommission) stops this server: ``serve`` sets its
@@ -357,7 +362,8 @@ class ShuffleServer:
             removed = await asyncio.get_running_loop().run_in_executor(
                 None, _purge_data_paths, list(cfg.localfile_store.data_paths))
             logger.info("launch_purge_enable: removed {} entries under the data paths", removed)
-        self.metrics.loop_lag.busy = self.directory.__len__  # fine-grained only while apps are held
+        directory = self.directory
+        self.metrics.loop_lag.busy = lambda: bool(directory)  # fine-grained only while apps are held
         self.metrics.loop_lag.start()
         await system.start()
         # every permanent actor gets the state that must outlive its crashes from here (see each one)
@@ -435,8 +441,8 @@ class ShuffleServer:
         disk_refs = dict(self.disks)
         if self.hdfs_resources is not None:
             hres = self.hdfs_resources
-            self.hdfs = await system.start_child(storage, ChildSpec("hdfs", lambda: HdfsWriterActor(hres)))
-            self.hdfs_route = HdfsSpillRoute(self.hdfs, hres, TierRules(
+            self.hdfs = hdfs = await system.start_child(storage, ChildSpec("hdfs", lambda: HdfsWriterActor(hres)))
+            self.hdfs_route = HdfsSpillRoute(hdfs, hres, TierRules(
                 hdfs_enabled=True, local_enabled=cfg.store_type.has_localfile,
                 cold_threshold_bytes=hs.memory_spill_to_cold_threshold_size,
                 huge_to_hdfs_bytes=hs.huge_partition_memory_spill_to_hdfs_threshold_size,
@@ -487,10 +493,10 @@ class ShuffleServer:
             # the HDFS writer takes the disks' PurgeFiles / UnfenceApp too: purges delete the app's HDFS files
             disks=[ref for _, ref in self.disks] + ([self.hdfs] if self.hdfs is not None else []),
             clock=self.clock, apps_supervisor=apps_sup, ledger=ledger, max_apps=ac.app_number_hard_limit)))
-        holder["app_manager"] = self.app_manager
-        await self.memory.tell(AttachAppManager(self.app_manager))
+        holder["app_manager"] = app_manager
+        await self.memory.tell(AttachAppManager(app_manager))
         # before any port listens: what the data paths hold is served from the first request on
-        self.recovery = rec = await recover(list(self._disk_resources.values()), self.app_manager, self.hdfs,
+        self.recovery = rec = await recover(list(self._disk_resources.values()), app_manager, self.hdfs,
                                             max_file_bytes=ls.recovery_file_max_size)
         self.metrics.on_recovered(seconds=rec.seconds, apps=rec.apps, partitions=rec.partitions,
                                   lost_blocks=rec.lost_blocks, removed=len(rec.removed),
@@ -499,7 +505,7 @@ class ShuffleServer:
         await self.timer.ask(ScheduleEvery("expire-tickets", float(cfg.memory_store.buffer_ticket_check_interval_sec),
                                            self.memory, ExpireTickets()))
         await self.timer.ask(ScheduleEvery("expire-apps", float(ac.app_expiry_check_interval_sec),
-                                           self.app_manager, CheckExpiredApps()))
+                                           app_manager, CheckExpiredApps()))
         await self.timer.ask(ScheduleEvery("probe-disks", float(ls.disk_healthy_check_interval_sec),
                                            self.disk_monitor, RunProbeRound()))
         for path, disk in self.disks:  # a purge that failed on a disk is tried again until it succeeds
@@ -508,7 +514,7 @@ class ShuffleServer:
 
         huge_limit = (int(cfg.memory_store.capacity * ac.partition_limit_memory_backpressure_ratio)
                       if ac.partition_limit_enable else None)
-        self.service = ShuffleService(directory=self.directory, app_manager=self.app_manager, memory=self.memory,
+        self.service = ShuffleService(directory=self.directory, app_manager=app_manager, memory=self.memory,
                                       disks=self.disks, metrics=self.metrics, huge_partition_limit_bytes=huge_limit,
                                       disk_health=self.disk_health, max_read_length=cfg.grpc_max_message_size,
                                       hdfs=self.hdfs, remote_storages=(self.hdfs_resources.allowed
@@ -525,8 +531,8 @@ class ShuffleServer:
                            "an operator sets it healthy (riffle-ctl instance set --status healthy)")
         grpc_port, http_port, urpc_port = cfg.grpc_port, cfg.http_port, cfg.urpc_port
         if cfg.fallback_random_ports_enable:
-            grpc_port = _port_or_free_one(cfg.grpc_bind_address, grpc_port, "grpc_port")
-            http_port = _port_or_free_one(cfg.http_bind_address, http_port, "http_port")
+            grpc_port = _port_or_free_one(cfg.grpc_bind_address, grpc_port, "grpc_port") or 0
+            http_port = _port_or_free_one(cfg.http_bind_address, http_port, "http_port") or 0
             urpc_port = _port_or_free_one(cfg.urpc_bind_address, urpc_port, "urpc_port")
         self.replies = ReplyBudget(cfg.max_reply_bytes, cfg.reply_wait_timeout_sec,
                                    on_change=self.metrics.held_reply_bytes.set)
@@ -538,7 +544,7 @@ class ShuffleServer:
             max_concurrent_streams=cfg.grpc_max_concurrent_streams)
         self.admin = AdminService(
             clock=self.clock, metrics=self.metrics, system=system, budget=self.budget, directory=self.directory,
-            memory=self.memory, spill=self.spill, app_manager=self.app_manager, disk_monitor=self.disk_monitor,
+            memory=self.memory, spill=self.spill, app_manager=app_manager, disk_monitor=self.disk_monitor,
             disks=self.disks, disk_health=self.disk_health,
             rules=_RiffleHealthRules(min_available_disks=ls.min_number_of_available_disks,
                                      memory_stuck_s=cfg.health.memory_stuck_above_high_watermark_sec,
@@ -649,6 +655,8 @@ class ShuffleServer:
             connect=GrpcCoordinatorLink, refresh=admin.refresh_for_heartbeat)))
 
     def _heartbeat_snapshot(self) -> HeartbeatSnapshot:
+        if self.admin is None:
+            raise RuntimeError("no heartbeat before the admin service exists")
         snapshot = self.admin.heartbeat_snapshot()
         return self.lifecycle.heartbeat_status(snapshot) if self.lifecycle is not None else snapshot
 

@@ -406,10 +406,11 @@ class ShuffleService:
         except ActorDeadError:
             raise InternalError(f"disk {disk} restarted during the read; retry") from None
         except DiskIOError as e:
-            health = self.disk_health[disk] if self.disk_health is not None else None
-            if health is not None and not health.placeable:
+            board = self.disk_health
+            health = board[disk] if board is not None else None
+            if board is not None and health is not None and not health.placeable:
                 raise StorageError(f"{e}; disk {disk} is {health.status.value}: "
-                                   f"{health.describe(self.disk_health.policy)}") from None
+                                   f"{health.describe(board.policy)}") from None
             raise
         except RiffleError:
             raise

@@ -97,6 +97,8 @@ def history_record(app_id: str, reason: str, end_ms: int, info: AppInfo | None) 
         "end_timestamp": end_ms,
         "partition_split_triggered": info.partition_split_triggered if info is not None else False,
     }
+def _forget_creating(creating: set[str], app_id: str, _task: object) -> None:
+    creating.discard(app_id)
 
 
 class AppDirectory(dict[str, ActorRef]):
@@ -258,7 +260,7 @@ class AppManagerActor(Actor):
                         self._admit(app_id)
                     self._creating.add(app_id)
                 task = self._app_step(app_id, partial(self._create_app, app_id))
-                task.add_done_callback(lambda _t, a=app_id: self._creating.discard(a))
+                task.add_done_callback(partial(_forget_creating, self._creating, app_id))
                 return task
             case PurgeApp(app_id=app_id, reason=reason):
                 return self._purge(app_id, reason)

@@ -82,6 +82,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 from loguru import logger
 
@@ -514,8 +515,12 @@ class DiskActor(Actor):
         task.add_done_callback(self.res.purges.discard)
         key = (app_id, shuffle_id)
         self.res.purging[key] = task
-        task.add_done_callback(lambda t, k=key: self.res.purging.pop(k, None) if self.res.purging.get(k) is t
-                               else None)
+        purging = self.res.purging
+
+        def forget(t: asyncio.Task[Any], k: tuple[str, int | None] = key) -> None:
+            if purging.get(k) is t:
+                del purging[k]
+        task.add_done_callback(forget)
         if shuffle_id is None:
             task.add_done_callback(partial(_purge_done, self.res, app_id))
         return task

@@ -44,6 +44,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 from loguru import logger
 
@@ -176,7 +177,7 @@ class AllowedRemoteStorages:
                          f"without HDFS")
         return remote
 
-    def _refuse(self, why: str):
+    def _refuse(self, why: str) -> NoReturn:
         self.refused += 1
         show, suppressed = self._log.should_log("refused")
         if show:
@@ -332,10 +333,10 @@ class HdfsWriterActor(Actor):
             case HdfsWrite():
                 if self.res.is_fenced(msg.app_id, msg.shuffle_id, msg.epoch):
                     raise AppPurgedError(f"app {msg.app_id} shuffle {msg.shuffle_id} was purged")
-                remote = self.res.remotes.get(msg.app_id)
-                if remote is None:
+                remote_or_none = self.res.remotes.get(msg.app_id)
+                if remote_or_none is None:
                     raise HdfsWriteError(f"app {msg.app_id} registered no remote storage")
-                return self._tracked(msg.app_id, self._write(msg, remote))
+                return self._tracked(msg.app_id, self._write(msg, remote_or_none))
             case PurgeFiles():
                 key = (msg.app_id, msg.shuffle_id)
                 self.res.fenced[key] = max(self.res.fenced.pop(key, -1), msg.epoch)

@@ -50,7 +50,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-import re2  # type: ignore[import-untyped]  # google-re2: linear-time matching of client regexes
+import re2  # google-re2: linear-time matching of client regexes
 
 from riffle_actors.protocol.errors import ProtocolError
 from riffle_actors.protocol.ids import check_app_id, check_shuffle_id

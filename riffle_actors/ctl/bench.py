@@ -246,7 +246,8 @@ def run_append(dir_: str, *, concurrency: int, batch_number: int, write_size: in
                               mode="append" + (" O_DIRECT" if direct else "") + (" throttled" if bucket else ""))
     finally:
         _remove(dir_, names)
-    r.extra = {"concurrency": concurrency, **({"limit_mb_per_s": round(disk_throughput / 1e6, 1)} if bucket else {})}
+    r.extra = {"concurrency": concurrency,
+               **({"limit_mb_per_s": round(bucket.bucket.rate / 1e6, 1)} if bucket is not None else {})}
     return [r]
 
 
@@ -402,13 +403,14 @@ def _probe_namenode(fs_url: str, timeout_s: float = 5.0) -> None:
 
 def _hdfs_pass(mode: str, total: int, op: Callable[[int], int], progress: Progress) -> PassResult:
     task = progress.add_task(mode, total=total, mbps=0.0)
-    result = PassResult(mode, latencies_s=[])
+    latencies: list[float] = []
+    result = PassResult(mode, latencies_s=latencies)
     start = time.perf_counter()
     offset = 0
     while offset < total:
         t = time.perf_counter()
         n = op(offset)
-        result.latencies_s.append(time.perf_counter() - t)
+        latencies.append(time.perf_counter() - t)
         if n <= 0:
             raise OSError(f"{mode}: short transfer at offset {offset}")
         offset += n

@@ -392,8 +392,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     for problem in report.problems:
         print(f"problem: {problem}", file=out)
     for i, why in sorted(report.bad_blocks.items()):
-        e = report.entries[i]
-        print(f"corrupt: record {i} (blockId {e.block_id}, offset {e.offset}, length {e.length}): {why}", file=out)
+        entry = report.entries[i]
+        print(f"corrupt: record {i} (blockId {entry.block_id}, offset {entry.offset}, length {entry.length}): {why}",
+              file=out)
     checked = "" if args.data_file is None else f", {len(report.entries) - len(report.bad_blocks)} blocks ok, " \
         f"{len(report.bad_blocks)} corrupt"
     print(f"{len(report.entries)} records{checked}", file=out)

@@ -24,7 +24,7 @@ from riffle_actors.protocol.hdfs_layout import FilePair
 try:  # the server runs without it unless store_type names HDFS
     import hdfs_native
 except ImportError:  # pragma: no cover - hdfs-native is a dependency; kept for a clear message
-    hdfs_native = None
+    hdfs_native = None  # type: ignore[assignment]
 
 
 class HdfsUnavailableError(RuntimeError):

@@ -182,7 +182,7 @@ class _Files(NamedTuple):
     dir_fd: int
     data_path: str
     data: str
-    index: str
+    index: str  # type: ignore[assignment]  # a field named like tuple.index
 
 
 def _staging_buffer() -> mmap.mmap:

@@ -156,7 +156,7 @@ def _scan_meta(dir_fd: int, path: str, shuffle: ScannedShuffle, max_bytes: int) 
     try:
         buf, st = read_file(dir_fd, META_FILE, max_bytes)
     except OSError as e:
-        why = e.strerror if e.errno in (errno.EFBIG, errno.ENXIO) else str(e)
+        why = (e.strerror or str(e)) if e.errno in (errno.EFBIG, errno.ENXIO) else str(e)
         if e.errno == errno.EFBIG:
             why += " (localfile_store.recovery_file_max_size)"
         shuffle.meta_problem = f"cannot read {path}: {why}"
@@ -230,6 +230,7 @@ def _scan_shuffle(scan: DiskScan, parent_fd: int, name: str, path: str, shuffle_
                 scan.add_foreign(sub, f"a {kind}, not a regular file; partition {pid} left alone")
                 skipped.add(pid)
                 continue
+            assert m is not None  # pid is set only for a name that matched
             (index_ids if m.group(2) == "index" else data_ids).add(pid)
         index_ids -= skipped
         data_ids -= skipped

@@ -742,7 +742,7 @@ class _IdArray(array):
     __slots__ = ()
 
 
-def _check_below_2_63(ids: array) -> None:
+def _check_below_2_63(ids: array[int]) -> None:
     """``ProtocolError`` unless every id of the ``array('Q')`` is below 2**63.
 
     A long array is checked on the most significant byte of each id, with C-level slicing
@@ -756,7 +756,7 @@ def _check_below_2_63(ids: array) -> None:
         raise ProtocolError("block_id", f"{max(ids)} is outside [0, 2**63)")
 
 
-def id_array(block_ids: Iterable[int]) -> array:
+def id_array(block_ids: Iterable[int]) -> array[int]:
     """``block_ids`` as ``array('Q')``, each checked to be an int in ``[0, 2**63)`` (else ``ProtocolError``).
 
     The conversion runs in C and already rejects floats, negative ids and ids >= 2**64; the
@@ -801,7 +801,7 @@ _SINGLETON_FIELDS = ((0, 7), (1, 6), (2, 5), (3, 4), (12, 2), (13, 3), (20, 0), 
 """(byte of a singleton bucket, byte of the little-endian id it comes from)."""
 
 
-def _u32_column(raw: bytes, n: int, first_byte: int) -> array:
+def _u32_column(raw: bytes, n: int, first_byte: int) -> array[int]:
     """``array('I')`` of bytes ``first_byte .. first_byte + 3`` of each 8-byte little-endian id."""
     column = bytearray(4 * n)
     for j in range(4):
@@ -840,7 +840,7 @@ class _LegacyWriter:
         self._high = -1
         self._lows: BitMap | None = None
 
-    def feed(self, ids: array) -> None:
+    def feed(self, ids: array[int]) -> None:
         """Add the ``array('Q')`` ``ids``: ascending, distinct, above every id fed before."""
         n = len(ids)
         if not n:
@@ -894,7 +894,7 @@ class _LegacyWriter:
         return b"".join(self._parts)
 
 
-def _id_chunks(ids: BlockIdSet) -> Iterator[array]:
+def _id_chunks(ids: BlockIdSet) -> Iterator[array[int]]:
     """The ids of the set, ascending, as ``array('Q')`` chunks of at most ``STEP_IDS``.
 
     Each ``next()`` costs O(``STEP_IDS``) whatever the layout. A set known to have few containers

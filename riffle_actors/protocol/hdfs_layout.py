@@ -42,7 +42,7 @@ _FORBIDDEN_RE = re.compile(r"[\x00-\x20\x7f%\\?#;]", re.ASCII)
 
 class FilePair(NamedTuple):
     data: str
-    index: str
+    index: str  # type: ignore[assignment]  # a field named like tuple.index, as Uniffle names the file
 
 
 def normalize_remote_path(remote_path: str) -> str:

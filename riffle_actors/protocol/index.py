@@ -174,7 +174,7 @@ class IndexScan(NamedTuple):
     """What ``scan_index`` found: keep ``records`` whole records (the index is cut to
     ``records * INDEX_RECORD_SIZE`` bytes) indexing ``data_end`` bytes of the data file."""
 
-    block_ids: array  # array('Q'): the block id of every kept record, in record order
+    block_ids: array[int]  # array('Q'): the block id of every kept record, in record order
     records: int
     data_end: int  # the largest offset + length of a kept record (0 when none)
     torn_bytes: int  # bytes of a torn last record (len % 40)

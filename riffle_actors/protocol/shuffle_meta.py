@@ -41,7 +41,7 @@ import struct
 import sys
 import zlib
 from array import array
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -102,7 +102,7 @@ class RegisterRecord:
 class BlockIdsRecord:
     """One report: (partition id, ids as ``array('Q')``) per partition."""
 
-    parts: tuple[tuple[int, array], ...]
+    parts: tuple[tuple[int, array[int]], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,21 +146,22 @@ def encode_register(ranges: Iterable[tuple[int, int]], *, local_order: bool = Fa
     return b"".join(parts)
 
 
-def encode_block_ids(parts: Sequence[tuple[int, array | Sequence[int]]]) -> bytes:
+def encode_block_ids(parts: Sequence[tuple[int, array[int] | Sequence[int]]]) -> bytes:
     """A report's body; each id list is an ``array('Q')`` (copied in C) or any sequence of ints."""
     steps = encode_block_ids_steps(parts)
     try:
         while True:
             next(steps)
     except StopIteration as done:
-        return done.value
+        body: bytes = done.value
+        return body
 
 
 _STEP_PARTS = 256  # encode_block_ids_steps: partitions per step (~2-3 us each) ...
 _STEP_IDS = 1 << 16  # ... or ids (~1 ns each, copied in C)
 
 
-def encode_block_ids_steps(parts: Sequence[tuple[int, array | Sequence[int]]]) -> Generator[None, None, bytes]:
+def encode_block_ids_steps(parts: Sequence[tuple[int, array[int] | Sequence[int]]]) -> Generator[None, None, bytes]:
     """``encode_block_ids`` in steps of at most ``_STEP_PARTS`` partitions or ``_STEP_IDS`` ids (the
     body is the ``StopIteration`` value): a report of 200k partitions costs ~0.5 s to encode, which
     an actor on the event loop runs a slice at a time."""
@@ -209,7 +210,8 @@ class _Reader:
         return out
 
     def u32(self) -> int:
-        return _U32.unpack(self.take(4))[0]
+        value: int = _U32.unpack(self.take(4))[0]
+        return value
 
     def str(self) -> str:
         return bytes(self.take(self.u32())).decode()
@@ -259,7 +261,7 @@ def _decode_segment(r: _Reader) -> SegmentRecord:
     return SegmentRecord(pid, disk)
 
 
-_DECODERS = {REGISTER: _decode_register, BLOCK_IDS: _decode_block_ids, SEGMENT: _decode_segment}
+_DECODERS: dict[int, Callable[[_Reader], Record]] = {REGISTER: _decode_register, BLOCK_IDS: _decode_block_ids, SEGMENT: _decode_segment}
 
 
 def check_header(buf: bytes | bytearray | memoryview) -> None:

@@ -35,10 +35,12 @@ from __future__ import annotations
 import enum
 import struct
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from riffle_actors.protocol.errors import ProtocolError
 from riffle_actors.records import Block
+
+Buffer = bytes | bytearray | memoryview  # what a frame's bytes may be held in
 
 __all__ = [
     "HEADER",
@@ -183,7 +185,7 @@ Request = SendShuffleData | GetLocalShuffleIndex | GetLocalShuffleData | GetMemo
 # ----------------------------------------------------------------------------- decoding
 
 
-def decode_header(buf, pos: int = 0) -> FrameHeader:
+def decode_header(buf: Buffer, pos: int = 0) -> FrameHeader:
     """The 9-byte header at ``buf[pos:]``; ``ProtocolError`` for negative lengths or an empty frame."""
     msg_len, type_, body_len = HEADER.unpack_from(buf, pos)
     if msg_len < 0:
@@ -211,17 +213,17 @@ class _Reader:
 
     def i32(self, what: str) -> int:
         self.need(4, what)
-        v = _I32.unpack_from(self.buf, self.pos)[0]
+        v: int = _I32.unpack_from(self.buf, self.pos)[0]
         self.pos += 4
         return v
 
     def i64(self, what: str) -> int:
         self.need(8, what)
-        v = _I64.unpack_from(self.buf, self.pos)[0]
+        v: int = _I64.unpack_from(self.buf, self.pos)[0]
         self.pos += 8
         return v
 
-    def unpack(self, st: struct.Struct, what: str) -> tuple:
+    def unpack(self, st: struct.Struct, what: str) -> tuple[Any, ...]:
         self.need(st.size, what)
         v = st.unpack_from(self.buf, self.pos)
         self.pos += st.size
@@ -258,7 +260,7 @@ class _Reader:
         return n
 
 
-def peek_request_id(buf, msg_len: int) -> int | None:
+def peek_request_id(buf: Buffer, msg_len: int) -> int | None:
     """The requestId that starts every request's message, if the message is long enough."""
     return _I64.unpack_from(buf, 0)[0] if msg_len >= 8 and len(buf) >= 8 else None
 
@@ -326,17 +328,18 @@ def _decode_index(r: _Reader) -> GetLocalShuffleIndex:
 
 
 def _decode_data(r: _Reader, type_: int) -> GetLocalShuffleData:
-    fields = [r.i64("data.requestId"), r.string("data.appId"), r.i32("data.shuffleId"), r.i32("data.partitionId"),
-              r.i32("data.partitionNumPerRange"), r.i32("data.partitionNum"), r.i64("data.offset"),
-              r.i32("data.length"), r.i64("data.timestamp")]
+    head = GetLocalShuffleData(
+        r.i64("data.requestId"), r.string("data.appId"), r.i32("data.shuffleId"), r.i32("data.partitionId"),
+        r.i32("data.partitionNumPerRange"), r.i32("data.partitionNum"), r.i64("data.offset"),
+        r.i32("data.length"), r.i64("data.timestamp"))
     if type_ == MessageType.GET_LOCAL_SHUFFLE_DATA_REQUEST:
-        return GetLocalShuffleData(*fields)
+        return head
     storage_id = r.i32("data.storageId")
     if type_ == MessageType.GET_LOCAL_SHUFFLE_DATA_V2_REQUEST:
-        return GetLocalShuffleData(*fields, storage_id)
+        return head._replace(storage_id=storage_id)
     segments = tuple((r.i64(f"data.nextSegment[{i}].offset"), r.i64(f"data.nextSegment[{i}].length"))
                      for i in range(r.count(16, "data.nextSegmentCount")))
-    return GetLocalShuffleData(*fields, storage_id, segments, r.i64("data.taskAttemptId"))
+    return head._replace(storage_id=storage_id, next_segments=segments, task_attempt_id=r.i64("data.taskAttemptId"))
 
 
 def _decode_memory(r: _Reader) -> GetMemoryShuffleData:
@@ -352,7 +355,7 @@ def _decode_sorted(r: _Reader) -> GetSortedShuffleData:
     return GetSortedShuffleData(r.i64("sorted.requestId"), r.string("sorted.appId"))
 
 
-def decode_request(type_: int, frame, msg_len: int) -> Request:
+def decode_request(type_: int, frame: Buffer, msg_len: int) -> Request:
     """Decode the request of ``type_`` from ``frame`` (the ``msgLen + bodyLen`` bytes after the header).
 
     ``SendShuffleData`` blocks reference ``frame`` (zero copy): pass an immutable buffer, or one that
@@ -510,14 +513,14 @@ class Response(NamedTuple):
     segments: tuple[tuple[int, int, int, int, int, int], ...] = ()  # 16: blockId, offset, length, uncompress, crc, task
 
 
-def decode_response(type_: int, frame, msg_len: int) -> Response:
+def decode_response(type_: int, frame: Buffer, msg_len: int) -> Response:
     """Decode a server reply (what the client's ``Message.decode`` reads); the body is the rest of the frame."""
     view = frame if isinstance(frame, memoryview) else memoryview(frame)
     if msg_len > len(view):
         raise ProtocolError("frame.msgLen", f"{msg_len} is more than the {len(view)} bytes of the frame")
     r = _Reader(view, msg_len)
     request_id, status, ret_msg = r.i64("response.requestId"), r.i32("response.status"), r.string("response.retMsg")
-    extra: dict = {}
+    extra: dict[str, Any] = {}
     if type_ in (MessageType.GET_LOCAL_SHUFFLE_INDEX_RESPONSE, MessageType.GET_LOCAL_SHUFFLE_INDEX_V2_RESPONSE):
         extra["data_file_len"] = r.i64("response.dataFileLen")
         if type_ == MessageType.GET_LOCAL_SHUFFLE_INDEX_V2_RESPONSE:

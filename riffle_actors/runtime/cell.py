@@ -59,7 +59,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from loguru import logger
 
@@ -94,7 +94,7 @@ class Incarnation(Protocol):
     ref: ActorRef
     system: Any
     name: str
-    expected_errors: tuple[type[BaseException], ...]
+    expected_errors: ClassVar[tuple[type[BaseException], ...]]
 
     def receive(self, msg: Any) -> Any: ...
 
@@ -280,7 +280,7 @@ class _CrashInjection:
     def disarm(self) -> None:
         actor, self.actor = self.actor, None
         if actor is not None and "receive" in vars(actor):
-            del actor.receive  # type: ignore[misc]
+            del actor.receive
 
     def _count(self) -> None:
         if self.left > 0:

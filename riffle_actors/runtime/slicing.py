@@ -53,9 +53,10 @@ def run_until(steps: Generator[None, None, T], deadline: float,
         while True:
             next(steps)
             if now() >= deadline:
-                return _UNFINISHED
+                return _UNFINISHED  # type: ignore[no-any-return]  # the sentinel stands for "no T yet"
     except StopIteration as done:
-        return done.value
+        result: T = done.value
+        return result
 
 
 class SliceLane:

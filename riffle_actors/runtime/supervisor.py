@@ -50,7 +50,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from loguru import logger
 
@@ -90,7 +90,7 @@ class _ChildExited:
     restart: bool
 
 
-class ChildTable(dict):
+class ChildTable(dict[str, "_Child"]):
     """name -> child of a supervisor whose children outlive its own crash (``Supervisor(table=...)``)."""
 
 
@@ -118,7 +118,7 @@ class Supervisor(Actor):
     """
 
     mailbox_size = 100_000
-    expected_errors = (ChildStartError,)
+    expected_errors: ClassVar[tuple[type[BaseException], ...]] = (ChildStartError,)
 
     def __init__(
         self,

@@ -34,7 +34,7 @@ import bisect
 from array import array
 from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 from riffle_actors.errors import InvalidRequestError, NoRegisterError
 from riffle_actors.protocol.bitmap import STEP_IDS, BlockIdSetMap, id_array, union_serialize_steps
@@ -56,7 +56,7 @@ _IDS_PER_CHUNK = STEP_IDS  # a partition's ids are converted and added this many
 _SEQUENCE_TYPES: dict[type, bool] = {}  # per-type isinstance(..., Sequence): an ABC check costs ~0.5 us
 
 
-def _is_sequence(value: object) -> bool:
+def _is_sequence(value: object) -> TypeGuard[Sequence[int]]:
     cls = type(value)
     known = _SEQUENCE_TYPES.get(cls)
     if known is None:
@@ -109,7 +109,8 @@ def drain(steps: Generator[None, None, T]) -> T:
         while True:
             next(steps)
     except StopIteration as done:
-        return done.value
+        result: T = done.value
+        return result
 
 
 class PartitionEntry:
@@ -355,9 +356,8 @@ class AppState:
         unknown: list[int] = []
         unknown_count = 0
         for partition_id, block_ids in partition_to_block_ids:
-            if not _is_sequence(block_ids):
-                block_ids = list(block_ids)  # a generator or a set: nothing to slice
-            n = len(block_ids)
+            ids: Sequence[int] = block_ids if _is_sequence(block_ids) else list(block_ids)  # a generator: no slices
+            n = len(ids)
             total += max(n, 1)
             if total > limits.report_max_ids:
                 raise InvalidRequestError(
@@ -382,7 +382,7 @@ class AppState:
                 continue  # refused anyway: convert nothing more
             for start in range(0, max(n, 1), _IDS_PER_CHUNK):
                 # a slice even when it is the whole: a protobuf field converts faster as a list
-                chunk = block_ids[start:start + _IDS_PER_CHUNK]
+                chunk = ids[start:start + _IDS_PER_CHUNK]
                 try:
                     batches.append(partition_id, id_array(chunk))
                 except ProtocolError as e:

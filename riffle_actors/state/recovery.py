@@ -136,7 +136,7 @@ def _build_shuffle(shuffle_id: int, copies: list[tuple[str, ScannedShuffle]], me
             p.disks = (*p.disks, disk)
             p.data_bytes += part.data_bytes
             p.blocks += part.index_records
-            order = segment_order.get(pid, ())
+            order = segment_order.get(pid, [])
             p.disks = tuple(sorted(p.disks, key=lambda d: (order.index(d) if d in order else len(order))))
     # lost: reported, on no disk (block ids are unique across partitions: they carry the partition id)
     lost = 0
@@ -149,8 +149,8 @@ def _build_shuffle(shuffle_id: int, copies: list[tuple[str, ScannedShuffle]], me
         # a partition with a segment on the HDFS tier has blocks no local index names; clients read
         # those from HDFS themselves, so they are not lost (and not checked here)
         lost = 0
-        for pid, ids in reported.items():
-            missing = ids.copy()
+        for pid, reported_ids in reported.items():
+            missing = reported_ids.copy()
             missing.discard_many(on_disk)
             if missing and pid not in on_hdfs:
                 lost_parts.append(pid)

@@ -48,6 +48,7 @@ from riffle_actors.coordinator.validation import MalformedHeartbeat, heartbeat_p
 from riffle_actors.errors import RiffleError, StatusCode, to_status
 from riffle_actors.protocol.proto import uniffle_pb2 as pb
 from riffle_actors.protocol.proto import uniffle_pb2_grpc as pb_grpc
+from riffle_actors.transport.decode import wire_status
 
 
 def _enum_name(enum: Any, value: int, default: str) -> str:
@@ -264,7 +265,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServerServicer):
             return {"available": await self.service.service_available()}
 
         def make(status: int, retMsg: str, **fields: Any) -> Any:  # the response has no retMsg
-            return pb.CheckServiceAvailableResponse(status=status, **fields)
+            return pb.CheckServiceAvailableResponse(status=wire_status(status), **fields)
         return await self._call("checkServiceAvailable", make, body)
 
     # ---------------------------------------------------------------- drivers
@@ -283,7 +284,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServerServicer):
             return {"encoded": await encode_assignments(assignment, servers)}
 
         def make(status: int, retMsg: str, encoded: bytes = b"") -> bytes:
-            head = pb.GetShuffleAssignmentsResponse(status=status, retMsg=retMsg).SerializeToString()
+            head = pb.GetShuffleAssignmentsResponse(status=wire_status(status), retMsg=retMsg).SerializeToString()
             return head + encoded  # fields 1 and 3, then the repeated field 2: a valid message in any order
         return await self._call("getShuffleAssignments", make, body)
 

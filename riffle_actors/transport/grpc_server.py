@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import grpc
 from loguru import logger
@@ -49,6 +50,8 @@ from riffle_actors.transport.listen import bind_grpc
 from riffle_actors.transport.reply_budget import ReplyBudget
 
 MAX_SEND_MESSAGE_BYTES = 1 << 30  # replies are bounded by what the server holds and by the read cap
+
+R = TypeVar("R")  # what a response maker builds
 
 
 def grpc_options(max_receive_bytes: int, max_concurrent_streams: int = 100) -> list[tuple[str, int]]:
@@ -95,7 +98,7 @@ class _Serialized:
         self.wire = wire
 
 
-def _with_data(head: object, field: int, parts: list) -> _Serialized:
+def _with_data(head: Any, field: int, parts: list[bytes]) -> _Serialized:
     """``head`` (a message without its bytes field ``field``) serialized, then that field made of ``parts``."""
     size = sum(len(p) for p in parts)
     return _Serialized(b"".join([head.SerializeToString(), _varint(field << 3 | 2), _varint(size), *parts]))
@@ -138,11 +141,11 @@ async def _bitmap_reply(reply: _BitmapReply, make: Callable[..., object]) -> obj
     return await _Unjoined(head, 3, [reply.serializedBitmap]).joined() if reply.serializedBitmap else head
 
 
-def _serialize(message: object) -> bytes:
+def _serialize(message: Any) -> bytes:
     return message.wire if type(message) is _Serialized else message.SerializeToString()
 
 
-def _wire_size(message: object) -> int:
+def _wire_size(message: Any) -> int:
     return len(message.wire) if type(message) is _Serialized else message.ByteSize()
 
 
@@ -227,8 +230,8 @@ class ShuffleServerServicer(pb_grpc.ShuffleServerServicer):
             self.replies.release(held)
             self._connection_done(peer)
 
-    async def _call(self, rpc: str, make: Callable[..., object], body: Callable[[], Awaitable[dict]],
-                    app_id: str = "") -> object:
+    async def _call(self, rpc: str, make: Callable[..., R], body: Callable[[], Awaitable[dict[str, Any]]],
+                    app_id: str = "") -> R:
         """Run ``body`` and build the response ``make(status=..., retMsg=..., **fields)``."""
         started = time.perf_counter()
         try:

@@ -22,6 +22,7 @@ from riffle_actors.decommission import Lifecycle, Outcome
 from riffle_actors.errors import StatusCode
 from riffle_actors.protocol.proto import uniffle_pb2 as pb
 from riffle_actors.protocol.proto import uniffle_pb2_grpc as pb_grpc
+from riffle_actors.transport.decode import wire_status
 
 
 def _peer(context: grpc.aio.ServicerContext) -> str:
@@ -59,17 +60,17 @@ class ShuffleServerInternalServicer(pb_grpc.ShuffleServerInternalServicer):
     async def decommission(self, request: pb.DecommissionRequest, context) -> pb.DecommissionResponse:
         refused = self._refusal(context, "decommission")
         if refused is not None:
-            return pb.DecommissionResponse(status=int(StatusCode.ACCESS_DENIED), retMsg=refused)
+            return pb.DecommissionResponse(status=wire_status(StatusCode.ACCESS_DENIED), retMsg=refused)
         status, message = self._answer(await self.lifecycle.decommission())
-        return pb.DecommissionResponse(status=status, retMsg=message)
+        return pb.DecommissionResponse(status=wire_status(status), retMsg=message)
 
     async def cancelDecommission(self, request: pb.CancelDecommissionRequest,
                                  context) -> pb.CancelDecommissionResponse:
         refused = self._refusal(context, "cancelDecommission")
         if refused is not None:
-            return pb.CancelDecommissionResponse(status=int(StatusCode.ACCESS_DENIED), retMsg=refused)
+            return pb.CancelDecommissionResponse(status=wire_status(StatusCode.ACCESS_DENIED), retMsg=refused)
         status, message = self._answer(await self.lifecycle.cancel_decommission())
-        return pb.CancelDecommissionResponse(status=status, retMsg=message)
+        return pb.CancelDecommissionResponse(status=wire_status(status), retMsg=message)
 
 
 async def tell_server(ip: str, grpc_port: int, action: str, authorization: str | None,

@@ -103,6 +103,7 @@ from riffle_actors.protocol.urpc import (
     peek_request_id,
 )
 from riffle_actors.service import ShuffleService
+from riffle_actors.transport.decode import decode_task_filter
 from riffle_actors.transport.listen import create_tcp_server
 from riffle_actors.transport.reply_budget import ReplyBudget
 
@@ -112,7 +113,7 @@ SENDFILE_THREADS = 4
 RATE_GRACE_S = 5.0  # a frame's average arrival rate is judged once it has been arriving this long
 MAX_TICK_S = 0.5
 _SEND = MessageType.SEND_SHUFFLE_DATA_REQUEST
-_RPC_NAMES = {
+_RPC_NAMES: dict[int, str] = {
     MessageType.SEND_SHUFFLE_DATA_REQUEST: "urpc:sendShuffleData",
     MessageType.GET_LOCAL_SHUFFLE_INDEX_REQUEST: "urpc:getLocalShuffleIndex",
     MessageType.GET_LOCAL_SHUFFLE_DATA_REQUEST: "urpc:getLocalShuffleData",
@@ -760,7 +761,7 @@ class UrpcConnection(asyncio.BufferedProtocol):
         if isinstance(request, GetMemoryShuffleData):
             blocks = await svc.get_memory_data(request.app_id, request.shuffle_id, request.partition_id,
                                                request.last_block_id, request.read_buffer_size,
-                                               request.expected_task_ids)
+                                               await decode_task_filter(request.expected_task_ids))
             return [encode_memory_response(rid, StatusCode.SUCCESS, "", blocks), *(b.data for b in blocks)]
         if isinstance(request, GetLocalShuffleData):
             data = await svc.get_local_data(request.app_id, request.shuffle_id, request.partition_id,

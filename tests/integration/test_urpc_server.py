@@ -471,3 +471,25 @@ async def test_grpc_still_serves_everything_when_urpc_is_on(userver: ShuffleServ
         await purge_and_check_clean(userver, c)
     finally:
         await c.close()
+
+
+async def test_a_memory_read_over_urpc_keeps_only_the_expected_tasks_blocks(userver: ShuffleServer,
+                                                                             uclient: UrpcClient) -> None:
+    """``expectedTaskIds`` on the urpc memory read is a Roaring64 bitmap, decoded as over gRPC (it was
+    once used as raw bytes: task ids above 255 failed, smaller ones matched bytes of the bitmap)."""
+    from riffle_actors.protocol.bitmap import serialize_block_ids
+
+    await uclient.register_shuffle(APP, 0, [1])
+    t7, t300, t1000 = (make_blocks(1, task, 2, 200) for task in (7, 300, 1000))
+    await uclient.send_blocks(APP, 0, [t7[0], t300[0], t1000[0], t7[1], t300[1], t1000[1]])
+
+    async def read(task_ids: list[int] | None) -> tuple[int, list[int]]:
+        extra = {} if task_ids is None else {"serializedExpectedTaskIdsBitmap": serialize_block_ids(task_ids)}
+        resp = await uclient.stub.getMemoryShuffleData(pb.GetMemoryShuffleDataRequest(
+            appId=APP, shuffleId=0, partitionId=1, lastBlockId=-1, readBufferSize=1 << 20, **extra))
+        return resp.status, [s.blockId for s in resp.shuffleDataBlockSegments]
+
+    assert await read([300, 1000]) == (S.SUCCESS, [b.block_id for b in (t300[0], t1000[0], t300[1], t1000[1])])
+    assert await read([7]) == (S.SUCCESS, [t7[0].block_id, t7[1].block_id])
+    assert (await read(None))[1] == [b.block_id for b in (t7[0], t300[0], t1000[0], t7[1], t300[1], t1000[1])]
+    await purge_and_check_clean(userver, uclient)
