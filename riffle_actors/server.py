@@ -207,6 +207,10 @@ def _rss_bytes() -> int | None:
         return None
 
 
+def _count_index_inconsistency(metrics: Metrics, disk: str, _problem: object) -> None:
+    metrics.index_inconsistencies.labels(disk).inc()
+
+
 def _port_or_free_one(address: str, port: int | None, key: str) -> int | None:
     """``fallback_random_ports_enable``: ``port``, or 0 (any free port) when it is already in use."""
     if not port:
@@ -422,11 +426,11 @@ class ShuffleServer:
                 scrub=ScrubSettings(ls.scrub_rate, ls.scrub_interval_sec) if ls.scrub_rate > 0 else None,
                 on_scrub_checked=self.metrics.on_scrub_checked, on_scrub_pass=self.metrics.on_scrub_pass,
                 index_check=ls.index_consistency_detection_enable,
-                on_index_inconsistent=lambda _problem, p=path: self.metrics.index_inconsistencies.labels(p).inc(),
+                on_index_inconsistent=partial(_count_index_inconsistency, self.metrics, path),
                 read_ahead=read_ahead)
             for name in ("scrub_bytes", "scrub_blocks", "scrub_corrupt_blocks", "scrub_passes"):
                 getattr(self.metrics, name).labels(path)  # the series exist (at 0) from the start
-            spec = ChildSpec(f"disk:{path}", lambda p=path, r=res: DiskActor(p, p, resources=r))
+            spec = ChildSpec(f"disk:{path}", partial(DiskActor, path, path, resources=res))
             self.disks.append((path, await system.start_child(storage, spec)))
         hs = cfg.hybrid_store
         holder: dict = {}
@@ -488,7 +492,7 @@ class ShuffleServer:
             db_path=hc.db_path if hc else None, max_apps=hc.max_apps if hc else 1000,
             now_ms=lambda: int(self.clock.time() * 1000)))
         ledger = AppManagerLedger(history=self.app_history)
-        self.app_manager = await system.start_child(None, ChildSpec("app_manager", lambda: AppManagerActor(
+        self.app_manager = app_manager = await system.start_child(None, ChildSpec("app_manager", lambda: AppManagerActor(
             directory=self.directory, app_factory=app_factory, memory=self.memory,
             # the HDFS writer takes the disks' PurgeFiles / UnfenceApp too: purges delete the app's HDFS files
             disks=[ref for _, ref in self.disks] + ([self.hdfs] if self.hdfs is not None else []),

@@ -97,13 +97,14 @@ class _Database:
                 Path(f"{self.path}{suffix}").unlink(missing_ok=True)
             self._conn = self._connect()
             return [], 0
-        records, skipped = [], 0
+        records: list[dict[str, Any]] = []
+        skipped = 0
         for (text,) in rows:
             try:
                 rec = json.loads(text) if isinstance(text, str) and len(text) <= _MAX_ROW_BYTES else None
             except ValueError:
                 rec = None
-            if _valid(rec):
+            if isinstance(rec, dict) and _valid(rec):
                 records.append(rec)
             else:
                 skipped += 1

@@ -725,7 +725,7 @@ class _Views(Sequence[BlockIdSet]):
     def __len__(self) -> int:
         return len(self._partition_ids)
 
-    def __getitem__(self, index):  # type: ignore[no-untyped-def, override]
+    def __getitem__(self, index):  # type: ignore[no-untyped-def]
         if isinstance(index, slice):
             return _Views(self._map, self._partition_ids[index])
         return self._map[self._partition_ids[index]]
@@ -736,7 +736,7 @@ class _Views(Sequence[BlockIdSet]):
             yield sets[partition_id]
 
 
-class _IdArray(array):
+class _IdArray(array):  # type: ignore[type-arg]  # array[int] is not subscriptable at run time (3.11)
     """An ``array('Q')`` made by ``id_array``: every id is known to be below 2**63."""
 
     __slots__ = ()

@@ -132,11 +132,11 @@ class PartitionEntry:
         self.sequential_read = False
 
 
-class _Batches(Sequence[tuple[int, array]]):
+class _Batches(Sequence[tuple[int, "array[int]"]]):
     """A report's checked ids, columnar: every id in one ``array('Q')``, and per batch (at most
     ``_IDS_PER_CHUNK`` ids of one partition) its partition id and end in two ``array('q')``.
 
-    A report may name 1M partitions: a ``(partition id, array)`` tuple per batch was two GC-tracked
+    A report may name 1M partitions: a ``(partition id, array[int])`` tuple per batch was two GC-tracked
     objects each, alive for the whole report (and its metadata-log encoding), which the cyclic GC's
     full collections scanned (~45-60 ms at 200k partitions). Items are made when read.
     """
@@ -148,7 +148,7 @@ class _Batches(Sequence[tuple[int, array]]):
         self._ends = array("q")
         self._ids = array("Q")
 
-    def append(self, partition_id: int, ids: array) -> None:
+    def append(self, partition_id: int, ids: array[int]) -> None:
         self._ids.extend(ids)
         self._partition_ids.append(partition_id)
         self._ends.append(len(self._ids))
@@ -156,7 +156,7 @@ class _Batches(Sequence[tuple[int, array]]):
     def __len__(self) -> int:
         return len(self._partition_ids)
 
-    def __getitem__(self, index):  # type: ignore[no-untyped-def, override]
+    def __getitem__(self, index):  # type: ignore[no-untyped-def]
         if isinstance(index, slice):
             raise TypeError("_Batches cannot be sliced")
         if index < 0:
@@ -164,7 +164,7 @@ class _Batches(Sequence[tuple[int, array]]):
         start = self._ends[index - 1] if index > 0 else 0
         return self._partition_ids[index], self._ids[start:self._ends[index]]
 
-    def __iter__(self) -> Iterator[tuple[int, array]]:
+    def __iter__(self) -> Iterator[tuple[int, array[int]]]:
         ids = self._ids
         start = 0
         for partition_id, end in zip(self._partition_ids, self._ends):
@@ -312,7 +312,7 @@ class AppState:
         return drain(self.report_steps(shuffle_id, partition_to_block_ids))
 
     def report_steps(self, shuffle_id: int, partition_to_block_ids: Iterable[tuple[int, Iterable[int]]],
-                     sink: list[Sequence[tuple[int, array]]] | None = None) -> Generator[None, None, int]:
+                     sink: list[Sequence[tuple[int, array[int]]]] | None = None) -> Generator[None, None, int]:
         """``report`` in steps. NO_REGISTER / INVALID_REQUEST come from the first ``next()`` / a check step.
 
         The whole report is checked before anything is added, so a bad id, a partition that is not

@@ -27,8 +27,9 @@ See also: ``riffle_actors.actors.disk`` (where it runs), ``riffle_actors.io.loca
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from riffle_actors.config import parse_byte_size
 
@@ -150,7 +151,8 @@ class ReadPlans:
         return _forget(self._cursors, app_id, shuffle_id, key_of=lambda k: k[0])
 
 
-def _forget(table: OrderedDict, app_id: str, shuffle_id: int | None, key_of=lambda k: k) -> int:
+def _forget(table: OrderedDict[Any, Any], app_id: str, shuffle_id: int | None,
+            key_of: Callable[[Any], Any] = lambda k: k) -> int:
     gone = [k for k in table if key_of(k)[0] == app_id and (shuffle_id is None or key_of(k)[1] == shuffle_id)]
     for k in gone:
         del table[k]
