@@ -42,7 +42,7 @@ public final class KerberizedMiniHdfs {
         Properties kdcConf = MiniKdc.createConf();
         kdcConf.setProperty(MiniKdc.KDC_BIND_ADDRESS, "127.0.0.1");
         kdcConf.setProperty(MiniKdc.KDC_PORT, "0");
-        String lifetime = System.getProperty("riffle.kdc.max.ticket.lifetime.ms");
+        String lifetime = System.getProperty("riffle.kdc.max.ticket.lifetime.sec");
         if (lifetime != null) {
             kdcConf.setProperty(MiniKdc.MAX_TICKET_LIFETIME, lifetime);
         }
