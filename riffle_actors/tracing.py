@@ -12,6 +12,9 @@ exporter. ``exporter_url`` maps Riffle's value:
 - ``host:port`` (Riffle's agent address): ``http://host:4318/v1/traces``, the OTLP receiver on the same
   host (an all-in-one Jaeger, or a collector where the agent ran); the port is not used, and the start
   logs the mapping.
+- ``http://host:14268`` (or ``.../api/traces``; Riffle's README shows this one, the Jaeger collector's
+  Thrift-over-HTTP port, which Riffle itself cannot parse as an agent address): the same collector's
+  OTLP receiver, ``http://host:4318/v1/traces``.
 
 Cost bounds (the request path never waits for an export):
 
@@ -35,6 +38,7 @@ from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 OTLP_PORT = 4318
+JAEGER_THRIFT_HTTP_PORT = 14268
 OTLP_PATH = "/v1/traces"
 #: the gRPC service whose method paths name the RPC spans (as Riffle's tracing middleware does)
 GRPC_SERVICE_PATH = "/rss.common.ShuffleServer/"
@@ -50,6 +54,11 @@ def exporter_url(endpoint: str) -> str:
             raise ValueError(f"{endpoint!r}: an OTLP/HTTP URL is http(s)://host[:port][/path]")
         if parts.username or parts.password or parts.query or parts.fragment:
             raise ValueError(f"{endpoint!r}: no user info, query or fragment")
+        if parts.port == JAEGER_THRIFT_HTTP_PORT and parts.path in ("", "/", "/api/traces"):
+            # Riffle's README value: the Jaeger collector's Thrift-over-HTTP endpoint; the same
+            # collector takes OTLP on 4318
+            host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+            return f"http://{host}:{OTLP_PORT}{OTLP_PATH}"
         path = parts.path if parts.path not in ("", "/") else OTLP_PATH
         return f"{parts.scheme}://{parts.netloc}{path}"
     host, sep, port = value.rpartition(":")

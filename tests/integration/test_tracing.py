@@ -149,6 +149,7 @@ def test_riffle_agent_address_maps_to_the_hosts_otlp_receiver():
     assert exporter_url("10.1.2.3:6831") == "http://10.1.2.3:4318/v1/traces"
     assert exporter_url("jaeger:6831") == "http://jaeger:4318/v1/traces"
     assert exporter_url("http://jaeger:4318") == "http://jaeger:4318/v1/traces"
+    assert exporter_url("http://jaeger:14268") == "http://jaeger:4318/v1/traces"  # Riffle's README value
     assert exporter_url("https://otel.example:443/custom") == "https://otel.example:443/custom"
     for bad in ("jaeger", "udp://jaeger:6831", "http://u:p@j:4318", "j:99999", ""):
         with pytest.raises(ValueError):
