@@ -20,9 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from riffle_actors.config import ServerConfig, validate_config  # noqa: E402
-from riffle_actors.server import ShuffleServer  # noqa: E402
-from tests.helpers.client import UniffleClient, make_blocks  # noqa: E402
+from riffle_actors.config import ServerConfig, validate_config
+from riffle_actors.server import ShuffleServer
+from tests.helpers.client import UniffleClient, make_blocks
 
 
 def receiver() -> tuple[ThreadingHTTPServer, dict]:
