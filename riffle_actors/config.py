@@ -32,6 +32,7 @@ from pydantic import (
 )
 
 from riffle_actors.protocol.hdfs_layout import normalize_remote_path
+from riffle_actors.tracing import exporter_url
 
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(?:i?b)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
@@ -523,10 +524,31 @@ class HybridStoreConfig(StrictModel):
 
 
 class KerberosSecurityConfig(StrictModel):
-    """``[hdfs_store.kerberos_security_config]`` (Riffle): Kerberos login of the HDFS client. Not built here."""
+    """``[hdfs_store.kerberos_security_config]`` (Riffle's keys): the server's Kerberos login to HDFS.
 
-    keytab_path: str = Field(description="keytab file")
-    principal: str = Field(description="principal, e.g. riffle/host@REALM")
+    Every HDFS client of the server then authenticates as ``principal`` with the keys of
+    ``keytab_path`` (``riffle_actors.io.hdfs.KerberosLogin``); tickets are renewed from the keytab
+    as they expire. The keytab is checked at start (absolute, not a symlink, a regular file owned
+    by the server's user or root, mode without other-read or group/other-write); a bad one stops
+    the start. The KDC comes from the system's krb5.conf (``KRB5_CONFIG``, as with Riffle).
+    """
+
+    keytab_path: str = Field(description="the server's keytab file (absolute; chmod 600)")
+    principal: str = Field(description="the server's principal, e.g. riffle/host@REALM")
+
+    @field_validator("keytab_path")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/") or "\0" in value:
+            raise ValueError("must be an absolute path")
+        return value
+
+    @field_validator("principal")
+    @classmethod
+    def _principal(cls, value: str) -> str:
+        if not value or len(value) > 512 or any(c.isspace() or c == "\0" for c in value) or value.count("@") > 1:
+            raise ValueError("must be one Kerberos principal (name[/instance][@REALM], no spaces)")
+        return value
 
 
 class RemoteStorageBase(StrictModel):
@@ -582,9 +604,8 @@ class HdfsStoreConfig(StrictModel):
 
     # Riffle's keys (docs/riffle-compat.md)
     kerberos_security_config: KerberosSecurityConfig | None = Field(
-        None, description="Riffle's Kerberos login (keytab_path, principal)",
-        json_schema_extra=riffle_key(RiffleKind.NOT_YET, "no Kerberos login here: HDFS is reached as the "
-                                                          "server's user (simple authentication)"))
+        None, description="the server's Kerberos login to HDFS (keytab_path, principal); unset = simple "
+                          "authentication as the server's user")
     precheck_enable: bool = Field(
         False, description="at start, reach every remote_storage base (a NameNode RPC on its path, within "
                            "write_timeout_sec) and refuse to start, naming the base and the error, when one "
@@ -802,10 +823,29 @@ class HealthServiceConfig(StrictModel):
 
 
 class TracingConfig(StrictModel):
-    """``[tracing]`` (Riffle): Jaeger tracing. Not built here."""
+    """``[tracing]`` (Riffle's keys): spans of every RPC and spill, exported to Jaeger with OTLP/HTTP
+    (``riffle_actors.tracing``: cost bounds, and how Riffle's agent address is mapped)."""
 
-    jaeger_reporter_endpoint: str = Field(description="Jaeger collector URL")
-    jaeger_service_name: str = Field(description="service name of the spans")
+    jaeger_reporter_endpoint: str = Field(
+        description="where spans go: Riffle's Jaeger agent address host:port (6831) is sent to the OTLP/HTTP "
+                    "receiver of that host, http://host:4318/v1/traces; or an http(s):// OTLP URL used as is "
+                    "(a bare http://host:4318 gets /v1/traces)",
+        json_schema_extra={"example": "127.0.0.1:6831"})
+    jaeger_service_name: str = Field(
+        min_length=1, max_length=200,
+        description="service name of the spans; as Riffle, <jaeger_service_name>-<server id> is exported")
+    sample_ratio: float = Field(1.0, gt=0, le=1, description="share of RPCs and spills traced (ours; Riffle "
+                                                             "traces all, as 1.0 does)")
+    max_queue_size: int = Field(2048, ge=1, le=1_000_000, description="finished spans waiting for export "
+                                                                      "(ours); beyond, new spans are dropped")
+    export_timeout_ms: int = Field(10_000, ge=100, le=600_000, description="one export attempt's timeout (ours; "
+                                                                           "on the export thread)")
+
+    @field_validator("jaeger_reporter_endpoint")
+    @classmethod
+    def _endpoint(cls, value: str) -> str:
+        exporter_url(value)  # ValueError: neither host:port nor an http(s) URL
+        return value
 
 
 class HistoricalAppsConfig(StrictModel):
@@ -911,8 +951,7 @@ class ServerConfig(StrictModel):
     runtime_config: RuntimeConfig = Field(default_factory=RuntimeConfig)
     health_service_config: HealthServiceConfig = Field(default_factory=HealthServiceConfig)
     tracing: TracingConfig | None = Field(
-        None, description="Riffle's Jaeger tracing",
-        json_schema_extra=riffle_key(RiffleKind.NOT_YET, "no tracing here (logs and /metrics only)"))
+        None, description="spans of every RPC and spill sent to Jaeger (OTLP/HTTP); unset = no tracing")
     historical_apps_config: HistoricalAppsConfig | None = Field(
         None, description="the record of finished apps (/apps/history) with Riffle's per-app totals; unset = "
                           "the last 1000 purged apps in memory")

@@ -14,6 +14,7 @@ Names follow ``riffle_<subsystem>_<thing>_<unit>``; labels are a small fixed set
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -23,6 +24,7 @@ from prometheus_client.utils import floatToGoString
 
 from riffle_actors.reports import DiskReport
 from riffle_actors.runtime import MailboxStatistics
+from riffle_actors.tracing import GRPC_SERVICE_PATH, Tracer
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
@@ -376,6 +378,8 @@ class _LoopLagCollector:
 
 class Metrics:
     def __init__(self) -> None:
+        #: spans of the same measurements (``[tracing]``; the server starts a real one): RPCs and spills
+        self.tracer: Tracer = Tracer.off()
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.rpc_total = Counter("riffle_server_rpc", "RPCs answered", ["rpc", "status"], registry=r)
@@ -478,6 +482,21 @@ class Metrics:
         self.spill_bytes.labels(disk).inc(data_bytes)
         self.spill_batch_bytes.observe(data_bytes)
         self.spill_seconds.labels(disk).observe(seconds)
+        if self.tracer.enabled:
+            end = time.time_ns()
+            self.tracer.record("spill", end - int(seconds * 1e9), end, {"disk": disk, "data_bytes": data_bytes})
+
+    def on_rpc(self, rpc: str, status_name: str, started: float, app_id: str = "") -> None:
+        """One answered RPC (``started``: its ``time.perf_counter()``): counted, timed and, with
+        ``[tracing]``, one span named as Riffle's (the gRPC method path; urpc ones ``urpc:<method>``)."""
+        seconds = time.perf_counter() - started
+        self.rpc_total.labels(rpc, status_name).inc()
+        self.rpc_seconds.labels(rpc).observe(seconds)
+        if self.tracer.enabled:
+            end = time.time_ns()
+            name = rpc if rpc.startswith("urpc:") else GRPC_SERVICE_PATH + rpc
+            self.tracer.record(name, end - int(seconds * 1e9), end, {"app_id": app_id, "status": status_name},
+                               error=None if status_name == "SUCCESS" else status_name)
 
     def on_read_ahead(self, disk: str, kind: str, outcome: str, nbytes: int) -> None:
         """One read-ahead load ended (``DiskReadAhead.on_advised``)."""

@@ -83,7 +83,7 @@ from riffle_actors.credentials import AdminCredentialError, AdminCredentials
 from riffle_actors.decommission import Lifecycle
 from riffle_actors.io.app_history import AppHistory, open_app_history
 from riffle_actors.io.data_lock import DataPathLocks, lock_data_paths
-from riffle_actors.io.hdfs import HdfsIO, precheck
+from riffle_actors.io.hdfs import HdfsIO, KerberosLogin, precheck
 from riffle_actors.io.local import LocalIO, RealLocalIO
 from riffle_actors.io.malloc import tune_malloc
 from riffle_actors.io.probe import ProbeFn, probe_disk
@@ -117,6 +117,7 @@ from riffle_actors.state.partition import SpillLimits
 from riffle_actors.state.service_health import DiskUsage, ServiceHealthChecks
 from riffle_actors.state.tickets import TicketBook
 from riffle_actors.state.tier_policy import HdfsHealth, TierRules
+from riffle_actors.tracing import Tracer, exporter_url
 from riffle_actors.transport.coordinator_client import GrpcCoordinatorLink
 from riffle_actors.transport.grpc_server import ShuffleServerServicer, start_grpc_server
 from riffle_actors.transport.http_server import start_http_server
@@ -304,7 +305,8 @@ class ShuffleServer:
         hc = cfg.hdfs_store
         # the HDFS tier (store_type with HDFS); ``hdfs_io`` is the seam for fault tests
         self.hdfs_resources: HdfsResources | None = HdfsResources(
-            io=hdfs_io or HdfsIO(replication=hc.replication), max_concurrency=hc.max_concurrency,
+            io=hdfs_io or HdfsIO(replication=hc.replication, kerberos=kerberos_login(cfg)),
+            max_concurrency=hc.max_concurrency,
             partition_write_max_concurrency=hc.partition_write_max_concurrency,
             write_timeout_s=hc.write_timeout_sec, health=HdfsHealth(hc.unhealthy_retry_interval_sec),
             # the only bases this server writes to or connects to (the clients' paths are checked against it)
@@ -636,6 +638,20 @@ class ShuffleServer:
                                refresh=admin.refresh_snapshot, clock=self.clock)
         self._pusher_task = asyncio.get_running_loop().create_task(pusher.run(), name="metrics-push")
 
+    def _start_tracing(self) -> None:
+        """``[tracing]``: spans of RPCs and spills (``riffle_actors.tracing``), named after the server id
+        as Riffle's (``<jaeger_service_name>-<server id>``)."""
+        tc = self.cfg.tracing
+        if tc is None:
+            return
+        service = f"{tc.jaeger_service_name}-{self.server_id}"
+        self.metrics.tracer = Tracer.start(tc.jaeger_reporter_endpoint, service, sample_ratio=tc.sample_ratio,
+                                           max_queue_size=tc.max_queue_size, export_timeout_ms=tc.export_timeout_ms)
+        url = exporter_url(tc.jaeger_reporter_endpoint)
+        mapped = "" if "://" in tc.jaeger_reporter_endpoint else (
+            f" (Riffle's Jaeger agent address {tc.jaeger_reporter_endpoint}: its host's OTLP/HTTP receiver)")
+        logger.info("tracing: spans of service {} to {}{}, sample ratio {}", service, url, mapped, tc.sample_ratio)
+
     async def _start_heartbeat(self, admin: AdminService) -> None:
         if self.worker_ip:
             self.ip = self.worker_ip
@@ -646,6 +662,7 @@ class ShuffleServer:
                     ", from WORKER_IP" if self.worker_ip else "")
         if self.hdfs_resources is not None:
             self.hdfs_resources.server_id = self.server_id  # HDFS file names start with it (spec §5.5)
+        self._start_tracing()
         admin.identity = ServerIdentity(ip=self.ip, grpc_port=self.grpc_port, http_port=self.http_port,
                                         tags=tuple(self.cfg.tags), start_time_ms=self.start_time_ms,
                                         netty_port=self.urpc_port)
@@ -706,12 +723,12 @@ class ShuffleServer:
             try:
                 await asyncio.wait_for(self.app_manager.ask(FlushAllApps()), timeout=grace)
                 logger.info("flushed memory to disk before exit")
-            except (asyncio.TimeoutError, Exception) as e:  # noqa: BLE001 - shutdown goes on regardless
+            except (TimeoutError, Exception) as e:  # noqa: BLE001 - shutdown goes on regardless
                 logger.warning("could not flush everything within {}s: {!r}", grace, e)
         if self.meta_log is not None:  # the segment records of the last spills
             try:
                 await asyncio.wait_for(self.meta_log.drain(), timeout=max(grace, 1.0))
-            except (asyncio.TimeoutError, Exception) as e:  # noqa: BLE001 - shutdown goes on regardless
+            except (TimeoutError, Exception) as e:  # noqa: BLE001 - shutdown goes on regardless
                 logger.warning("metadata records not all written: {!r}", e)
         if self._http is not None:
             await self._http.cleanup()
@@ -730,6 +747,9 @@ class ShuffleServer:
             self.hdfs_resources.close()
         if self.app_history is not None:  # writes what is queued (the purges of this stop included)
             await asyncio.get_running_loop().run_in_executor(None, self.app_history.close)
+        tracer, self.metrics.tracer = self.metrics.tracer, Tracer.off()
+        if tracer.enabled:  # the last spans go out (bounded by export_timeout_ms), off the loop
+            await asyncio.get_running_loop().run_in_executor(None, tracer.shutdown)
         if self._locks is not None:  # last: nothing of this server touches the data paths any more
             self._locks.release()
             self._locks = None
@@ -781,7 +801,22 @@ def _load_checked(path: str) -> ServerConfig:
         LaunchEnv.read()
     except ValueError as e:
         raise ConfigError(path, e.args[0]) from None
+    try:
+        kerberos_login(cfg)
+    except ValueError as e:
+        raise ConfigError(path, [("hdfs_store.kerberos_security_config", str(e))]) from None
     return cfg
+
+
+def kerberos_login(cfg: ServerConfig) -> KerberosLogin | None:
+    """The server's Kerberos login to HDFS (``[hdfs_store.kerberos_security_config]``), its keytab
+    checked (``ValueError`` naming the key); None without it or without an HDFS tier."""
+    krb = cfg.hdfs_store.kerberos_security_config
+    if krb is None or not cfg.store_type.has_hdfs:
+        return None
+    login = KerberosLogin(principal=krb.principal, keytab_path=krb.keytab_path)
+    login.check()
+    return login
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -167,4 +167,34 @@ else
     log "WARNING: javac not found; the HDFS tests will be skipped (CI: fail)"
 fi
 
+# ---------------------------------------------------------------- Kerberized HDFS: MiniKdc (issue 18)
+# Hadoop's MiniKdc (a real KDC, Apache Kerby) for tests/integration/test_hdfs_kerberos.py: the jars of
+# scripts/hdfs/minikdc-pom.xml (hadoop-minikdc, the same Hadoop version) into RIFFLE_KDC_CACHE, and our
+# launcher scripts/hdfs/KerberizedMiniHdfs.java (MiniKdc + a Kerberized MiniDFSCluster) compiled there.
+KDC_CACHE="${RIFFLE_KDC_CACHE:-$REPO/.cache/kdc-jars}"
+mkdir -p "$KDC_CACHE"
+if [[ -s "$KDC_CACHE/hadoop-minikdc-$HADOOP_VERSION.jar" ]]; then
+    log "MiniKdc jars (Hadoop $HADOOP_VERSION) already in $KDC_CACHE (skipped)"
+else
+    s=$SECONDS
+    if mvn -B -q -f "$REPO/scripts/hdfs/minikdc-pom.xml" "$DEP_PLUGIN:copy-dependencies" -Dhadoop.version="$HADOOP_VERSION" \
+            -DincludeScope=runtime -DoutputDirectory="$KDC_CACHE" >"$KDC_CACHE/mvn-last.log" 2>&1; then
+        log "fetched the MiniKdc jars (Hadoop $HADOOP_VERSION) in $((SECONDS - s)) s"
+        rm -f "$KDC_CACHE/mvn-last.log"
+    else
+        log "ERROR: could not fetch hadoop-minikdc $HADOOP_VERSION; see $KDC_CACHE/mvn-last.log"
+        exit 1
+    fi
+fi
+if command -v javac >/dev/null 2>&1; then
+    if [[ ! -f "$KDC_CACHE/classes/KerberizedMiniHdfs.class" \
+            || "$REPO/scripts/hdfs/KerberizedMiniHdfs.java" -nt "$KDC_CACHE/classes/KerberizedMiniHdfs.class" ]]; then
+        mkdir -p "$KDC_CACHE/classes"
+        javac -nowarn -cp "$HDFS_CACHE/*:$KDC_CACHE/*" -d "$KDC_CACHE/classes" "$REPO/scripts/hdfs/KerberizedMiniHdfs.java"
+        log "compiled the KerberizedMiniHdfs launcher into $KDC_CACHE/classes"
+    else
+        log "KerberizedMiniHdfs launcher up to date (skipped)"
+    fi
+fi
+
 log "done in $((SECONDS - t0)) s"

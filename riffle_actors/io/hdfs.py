@@ -6,6 +6,14 @@ deleting the files and (empty) directories this server made, one path at a time:
 lists a tree or deletes recursively. Every function blocks; the HDFS writer
 actors run them on their thread pool, never on the event loop.
 
+Kerberos (``[hdfs_store.kerberos_security_config]``, Riffle's keys): ``KerberosLogin`` is the
+server's own principal and keytab, from the server config only. With it, every client is made
+with ``hadoop.security.authentication=kerberos`` (whatever a base's conf says) and hdfs-native's
+keytab login: it gets the tickets from the KDC through the system's GSSAPI library (MIT krb5,
+``KRB5_CONFIG`` names the realm's KDC) and gets new ones from the keytab when they expire, so
+nothing has to re-run ``kinit`` (Riffle runs ``kinit -kt`` at start and every hour instead). The
+keytab is checked before use (``KerberosLogin.check``: ``safe_fs.check_secret_file``).
+
 ``HdfsIO`` is the seam for fault tests, as ``LocalIO`` is for disks: a test passes a subclass
 whose ``append_pair`` fails on demand. It does not cover: file names
 (``riffle_actors.protocol.hdfs_layout``) or which batch goes to HDFS
@@ -18,7 +26,9 @@ import io
 import threading
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
+from riffle_actors.io.safe_fs import check_secret_file
 from riffle_actors.protocol.hdfs_layout import FilePair
 
 try:  # the server runs without it unless store_type names HDFS
@@ -31,11 +41,33 @@ class HdfsUnavailableError(RuntimeError):
     """hdfs-native is not installed."""
 
 
+#: the Hadoop conf items a Kerberos login sets on every client (over a base's own conf)
+KERBEROS_CONF = (("hadoop.security.authentication", "kerberos"),)
+KEYTAB_KEY = "hdfs_store.kerberos_security_config.keytab_path"
+
+
+@dataclass(frozen=True)
+class KerberosLogin:
+    """The server's Kerberos identity for HDFS (from the server config, never from a client)."""
+
+    principal: str
+    keytab_path: str
+
+    def check(self) -> None:
+        """``ValueError`` naming the key when the keytab is unusable (symlink, not a regular file,
+        another user's, readable by others, empty): checked at start, so the server refuses to start."""
+        try:
+            check_secret_file(self.keytab_path)
+        except OSError as e:
+            raise ValueError(f"{KEYTAB_KEY}: {e.strerror or e}") from None
+
+
 class HdfsIO:
     """The blocking HDFS operations; thread-safe (one client per file system and conf)."""
 
-    def __init__(self, replication: int | None = None):
+    def __init__(self, replication: int | None = None, kerberos: KerberosLogin | None = None):
         self.replication = replication
+        self.kerberos = kerberos
         self._clients: dict[tuple[str, tuple[tuple[str, str], ...]], object] = {}
         self._lock = threading.Lock()
 
@@ -47,7 +79,13 @@ class HdfsIO:
         with self._lock:
             c = self._clients.get(key)
             if c is None:
-                c = self._clients[key] = hdfs_native.Client(fs_url or None, dict(key[1]) or None)
+                items = dict(key[1])
+                login = {}
+                if self.kerberos is not None:
+                    items.update(KERBEROS_CONF)
+                    login = {"kerberos_principal": self.kerberos.principal,
+                             "kerberos_keytab": self.kerberos.keytab_path}
+                c = self._clients[key] = hdfs_native.Client(fs_url or None, items or None, **login)
             return c
 
     def forget(self, fs_url: str, conf: Iterable[tuple[str, str]] = ()) -> None:

@@ -248,3 +248,37 @@ def remove_below(root: str, parts: Iterable[str], *, max_ops: int | None = None,
         return True
     finally:
         os.close(parent)
+
+
+def check_secret_file(path: str, max_bytes: int = 1 << 20) -> os.stat_result:
+    """Check a credentials file the operator configured (a Kerberos keytab) before it is handed to a
+    library: an absolute path whose last component is not a symlink (``O_NOFOLLOW``), a regular file
+    (not a FIFO or device: ``open_file``'s rule), owned by this process's user or root, writable by
+    nobody else and readable by no other user (mode ``& 0o026`` is 0: ``0600``, ``0400``, ``0640``
+    pass), not empty and at most ``max_bytes``. ``OSError`` with the reason otherwise."""
+    if not os.path.isabs(path):
+        raise OSError(errno.EINVAL, f"{path!r} is not an absolute path")
+    parent, name = os.path.split(path)
+    dir_fd = open_root(parent or "/")
+    try:
+        fd = open_file(dir_fd, name, os.O_RDONLY)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, f"{path} is a symlink; name the file itself") from None
+        raise OSError(e.errno, f"{path}: {e.strerror or e}") from None
+    finally:
+        os.close(dir_fd)
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    if st.st_uid not in (os.geteuid(), 0):
+        raise OSError(errno.EPERM, f"{path} is owned by uid {st.st_uid}, neither this server's user "
+                                   f"(uid {os.geteuid()}) nor root")
+    if st.st_mode & 0o026:
+        raise OSError(errno.EPERM, f"{path} has mode {stat.S_IMODE(st.st_mode):04o}: other users may read it "
+                                   f"or others may write it (chmod 600)")
+    if st.st_size == 0 or st.st_size > max_bytes:
+        raise OSError(errno.EFBIG, f"{path} is {st.st_size} bytes: not a credentials file (0 < size <= "
+                                   f"{max_bytes})")
+    return st

@@ -245,8 +245,7 @@ class ShuffleServerServicer(pb_grpc.ShuffleServerServicer):
             status, msg = to_status(e)
             fields = {}
             logger.bind(app_id=app_id).exception("{} failed for app {}", rpc, app_id)
-        self.metrics.rpc_total.labels(rpc, status.name).inc()
-        self.metrics.rpc_seconds.labels(rpc).observe(time.perf_counter() - started)
+        self.metrics.on_rpc(rpc, status.name, started, app_id)
         return make(status=int(status), retMsg=msg, **fields)
 
     # ------------------------------------------------------------- writes

@@ -735,9 +735,7 @@ class UrpcConnection(asyncio.BufferedProtocol):
             await self._write_file(*file_reply, size)
         else:
             self._write(parts, size)
-        m = self.server.metrics
-        m.rpc_total.labels(rpc, status.name).inc()
-        m.rpc_seconds.labels(rpc).observe(time.perf_counter() - started)
+        self.server.metrics.on_rpc(rpc, status.name, started, getattr(request, "app_id", ""))
 
     def _expected_reply(self, request) -> int:
         """Bytes to reserve before a read: its requested length (capped at the largest read served)."""

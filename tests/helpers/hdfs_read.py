@@ -22,9 +22,11 @@ def hdfs_client(remote_path: str):
     return hdfs_native.Client(url)
 
 
-def list_partition_files(remote_path: str, app_id: str, shuffle_id: int, partition_id: int) -> dict[str, int]:
-    """file name -> length in the partition's HDFS directory ({} when there is none)."""
-    client = hdfs_client(remote_path)
+def list_partition_files(remote_path: str, app_id: str, shuffle_id: int, partition_id: int,
+                         client=None) -> dict[str, int]:
+    """file name -> length in the partition's HDFS directory ({} when there is none); ``client``: an
+    hdfs-native client of the test's own (a Kerberos one), else a plain one."""
+    client = client or hdfs_client(remote_path)
     _, base = split_remote_path(remote_path)
     try:
         return {st.path.rsplit("/", 1)[-1]: st.length
@@ -34,12 +36,13 @@ def list_partition_files(remote_path: str, app_id: str, shuffle_id: int, partiti
 
 
 def read_hdfs_partition(remote_path: str, app_id: str, shuffle_id: int, partition_id: int, server_id: str,
-                        expected: Container[int] | None = None, read_buffer_size: int = 14 << 20) -> dict[int, bytes]:
-    client = hdfs_client(remote_path)
+                        expected: Container[int] | None = None, read_buffer_size: int = 14 << 20,
+                        client=None) -> dict[int, bytes]:
+    client = client or hdfs_client(remote_path)
     _, base = split_remote_path(remote_path)
     d = partition_dir(base, app_id, shuffle_id, partition_id)
     got: dict[int, bytes] = {}
-    for name in sorted(list_partition_files(remote_path, app_id, shuffle_id, partition_id)):
+    for name in sorted(list_partition_files(remote_path, app_id, shuffle_id, partition_id, client)):
         if not (name.endswith(".index") and name.startswith(server_id)):
             continue
         stem = name[:-len(".index")]

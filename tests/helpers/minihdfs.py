@@ -7,6 +7,13 @@ sends one of the launcher's commands (``stop-datanode 0``, ``restart-datanode 0`
 ``stop-namenode``, ``restart-namenode``) and waits for its answer. ``stop()`` shuts it down and
 kills the JVM if it does not exit; closing its stdin (our process dying) also ends it.
 
+``KerberizedMiniHdfs.start(base_dir, ["riffle/localhost"])`` runs scripts/hdfs/KerberizedMiniHdfs.java
+instead: Hadoop's MiniKdc (a real KDC) and a Kerberized MiniDFSCluster (kerberos authentication,
+block access tokens, SASL data transfer protection) at ``hdfs://localhost:<port>``, with one keytab
+per client principal (``keytabs``) and the ``krb5_conf`` that reaches the KDC (for ``KRB5_CONFIG``);
+its jars (hadoop-minikdc, scripts/hdfs/minikdc-pom.xml) are in ``.cache/kdc-jars``
+(``RIFFLE_KDC_CACHE``); ``kerberos_prerequisite()`` says why it cannot start.
+
 ``hdfs_prerequisite()`` says why a test cannot run (no java, jars not fetched): the tests
 ``pytest.skip`` with it, which CI (RIFFLE_TESTS_REQUIRE_ALL=1) turns into a failure.
 """
@@ -23,6 +30,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 HDFS_CACHE = Path(os.environ.get("RIFFLE_HDFS_CACHE", REPO / ".cache" / "hdfs-jars"))
+KDC_CACHE = Path(os.environ.get("RIFFLE_KDC_CACHE", REPO / ".cache" / "kdc-jars"))
 
 
 def hdfs_prerequisite() -> str | None:
@@ -37,6 +45,18 @@ def hdfs_prerequisite() -> str | None:
         import hdfs_native  # noqa: F401
     except ImportError:
         return "the hdfs-native package is not installed"
+    return None
+
+
+def kerberos_prerequisite() -> str | None:
+    """None when the Kerberized MiniDFSCluster can start here, else the reason it cannot."""
+    reason = hdfs_prerequisite()
+    if reason:
+        return reason
+    if not list(KDC_CACHE.glob("hadoop-minikdc-*.jar")):
+        return f"no hadoop-minikdc jar in {KDC_CACHE}: run scripts/e2e_setup.sh"
+    if not (KDC_CACHE / "classes" / "KerberizedMiniHdfs.class").is_file():
+        return f"the KerberizedMiniHdfs launcher is not compiled in {KDC_CACHE}/classes: run scripts/e2e_setup.sh"
     return None
 
 
@@ -122,3 +142,47 @@ class MiniHdfs:
                 self.proc.wait(timeout=10)
         if self.proc.stdout is not None:
             self.proc.stdout.close()
+
+
+class KerberizedMiniHdfs(MiniHdfs):
+    """MiniKdc + a Kerberized MiniDFSCluster (scripts/hdfs/KerberizedMiniHdfs.java)."""
+
+    krb5_conf: str = ""
+    realm: str = ""
+    keytabs: dict[str, str]  # principal@REALM -> keytab path
+
+    @classmethod
+    def start(cls, base_dir: Path, principals: list[str] | int = 1, timeout: float = 180.0) -> KerberizedMiniHdfs:
+        if isinstance(principals, int):
+            principals = ["riffle/localhost"]
+        base_dir.mkdir(parents=True, exist_ok=True)
+        log_path = base_dir / "kerberized-minihdfs.log"
+        cp = os.pathsep.join([str(HDFS_CACHE / "*"), str(KDC_CACHE / "*"), str(KDC_CACHE / "classes")])
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen(
+                ["java", "-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", cp,
+                 "KerberizedMiniHdfs", str(base_dir), *principals],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1)
+        hdfs = cls(proc, log_path)
+        hdfs.keytabs = {}
+        try:
+            while True:
+                line = hdfs._expect(lambda s: s.split(" ", 1)[0] in ("KRB5_CONF", "REALM", "KEYTAB", "NAMENODE"),
+                                    timeout, "the cluster's KDC and NameNode lines")
+                word, _, rest = line.partition(" ")
+                if word == "KRB5_CONF":
+                    hdfs.krb5_conf = rest
+                elif word == "REALM":
+                    hdfs.realm = rest
+                elif word == "KEYTAB":
+                    principal, path = rest.split(" ", 1)
+                    os.chmod(path, 0o600)  # as an operator keeps it (MiniKdc writes 0644; the server refuses that)
+                    hdfs.keytabs[principal] = path
+                else:
+                    hdfs.url = rest
+                    break
+            hdfs._expect(lambda s: s == "READY", timeout, "READY")
+        except BaseException:
+            hdfs.stop()
+            raise
+        return hdfs
