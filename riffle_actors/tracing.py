@@ -116,7 +116,8 @@ class Tracer:
         ``error``: the call's failure status (the span's status is then ERROR). Never blocks."""
         if self._tracer is None or (self._ratio < 1.0 and random.random() >= self._ratio):
             return
-        if self._max_queue is not None and len(self._queue) >= self._max_queue:
+        queue = self._queue
+        if self._max_queue is not None and queue is not None and len(queue) >= self._max_queue:
             self.dropped += 1  # the exporter is behind (or the receiver is down): drop, never wait
             return
         span = self._tracer.start_span(name, start_time=start_ns, attributes=attributes)

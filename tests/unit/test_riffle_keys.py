@@ -193,14 +193,13 @@ def test_start_notes_say_what_each_riffle_only_key_does():
     quiet = validate_config(ServerConfig, _with("conf_reload_enable", False,
                                                 _with("localfile_store.direct_io_read_enable", False)))
     assert riffle_key_notes(quiet) == []
-    loud = validate_config(ServerConfig, _with("tracing", {"jaeger_reporter_endpoint": "http://127.0.0.1:14268",
-                                                          "jaeger_service_name": "riffle"}))
-    assert [level for level, _ in riffle_key_notes(loud)] == ["WARNING"]
 
 
 def test_every_riffle_only_field_says_how_it_is_treated():
     kinds = {GEN.resolve(k["name"]).kind for k in KEYS}
-    assert kinds == {"same", *(k.value for k in RiffleKind)}
+    # every key of Riffle 0.27 has its effect here, or none in this design (the reason given): none is
+    # merely accepted any more ("not yet" is kept for keys a later Riffle adds)
+    assert kinds == {"same", *(k.value for k in RiffleKind if k is not RiffleKind.NOT_YET)}
 
 
 # ----------------------------------------------------------------------- [log], RUST_LOG, launch env
