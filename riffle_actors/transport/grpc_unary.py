@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import struct
 import urllib.parse
+from typing import cast
 
 import h2.config
 import h2.connection
@@ -92,8 +93,8 @@ class _Connection(asyncio.Protocol):
 
     # ------------------------------------------------------------- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's TCPTransport is not a subclass of asyncio.Transport; it has the same methods
+        self.transport = cast(asyncio.Transport, transport)
         self.h2.initiate_connection()
         self._flush()
 

@@ -143,3 +143,20 @@ async def test_nobody_listening_is_unavailable_with_the_address():
 def test_a_target_must_be_host_and_port(target):
     with pytest.raises(ValueError, match="host:port"):
         UnaryChannel(target)
+
+
+def test_calls_work_on_the_servers_own_event_loop_uvloop():
+    """The server runs on uvloop, whose transports are not ``asyncio.Transport`` subclasses."""
+    import uvloop
+
+    async def main() -> bytes:
+        handlers = Handlers()
+        server, port = await start_server(handlers)
+        channel = UnaryChannel(f"127.0.0.1:{port}")
+        try:
+            return await channel.call(f"/{SERVICE}/echo", b"on uvloop", 5)
+        finally:
+            await channel.close()
+            await server.stop(None)
+
+    assert uvloop.run(main()) == b"on uvloop"
