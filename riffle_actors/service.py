@@ -55,7 +55,7 @@ from riffle_actors.protocol import ids
 from riffle_actors.protocol.bitmap import TaskIdFilter
 from riffle_actors.protocol.blockid import BlockIdLayout
 from riffle_actors.protocol.errors import ProtocolError
-from riffle_actors.records import Block
+from riffle_actors.records import Block, BlockBatch
 from riffle_actors.runtime import ActorDeadError, ActorRef
 from riffle_actors.state.buffer import BLOCK_OVERHEAD_BYTES
 from riffle_actors.state.disk_health import DiskHealthBoard
@@ -182,25 +182,29 @@ class ShuffleService:
         return await self.memory.ask(RequireBuffer(app_id=app_id, shuffle_id=shuffle_id, size=size))
 
     async def send_data(self, app_id: str, shuffle_id: int, ticket_id: int,
-                        partitions: tuple[tuple[int, tuple[Block, ...]], ...]) -> int:
-        """Append the blocks; returns the bytes accepted. Readable from memory once this returns."""
-        _check_ids(app_id, shuffle_id, (pid for pid, _ in partitions))
+                        partitions: tuple[BlockBatch, ...]) -> int:
+        """Append the blocks; returns the bytes accepted. Readable from memory once this returns.
+
+        ``partitions``: the send columnar, one ``BlockBatch`` per partition; every check and sum
+        over it is one pass per partition over its columns (no per-block object is made here)."""
+        _check_ids(app_id, shuffle_id, (b.partition_id for b in partitions))
         app = self._app(app_id)
         if not partitions:
             raise InternalError("No data in request")
         # what the client reserved for these blocks (spec §2.2); more than the ticket would let
         # memory grow past its capacity, so such a send is refused whatever the ticket says
-        needed = sum(len(b.data) + BLOCK_OVERHEAD_BYTES for _, blocks in partitions for b in blocks)
+        data_bytes = sum(b.data_bytes for b in partitions)
+        needed = data_bytes + BLOCK_OVERHEAD_BYTES * sum(map(len, partitions))
         # shielded: a cancelled RPC (client deadline) must not strand a taken ticket's reservation
         inner = asyncio.ensure_future(self._take_ticket_and_append(app, app_id, shuffle_id, ticket_id, partitions,
                                                                    needed))
         inner.add_done_callback(_consume_exception)
         accepted = await asyncio.shield(inner)
-        self.metrics.received_bytes.inc(sum(len(b.data) for _, blocks in partitions for b in blocks))
+        self.metrics.received_bytes.inc(data_bytes)
         return accepted
 
     async def _take_ticket_and_append(self, app: ActorRef, app_id: str, shuffle_id: int, ticket_id: int,
-                                      partitions: tuple[tuple[int, tuple[Block, ...]], ...], needed: int) -> int:
+                                      partitions: tuple[BlockBatch, ...], needed: int) -> int:
         ticket_size = await self.memory.ask(TakeTicket(ticket_id=ticket_id, app_id=app_id))
         if needed > ticket_size:
             # the ticket is spent either way: its reservation goes back, nothing is stored

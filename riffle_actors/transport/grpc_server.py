@@ -7,7 +7,8 @@ logged, so one bad request never takes the server down. Requests are limited to
 ``grpc_max_message_size`` (64 MiB by default; gRPC refuses a larger one from its length prefix,
 before buffering it); replies may be up to 1 GiB (spec §1.1).
 
-Block payloads stay the ``bytes`` objects protobuf produced: one ``Block`` tuple per block,
+A send is handed over columnar (``records.BlockBatch`` per partition: the repeated fields read
+into arrays, one pass per column); block payloads stay the ``bytes`` objects protobuf produced,
 never a copy of the data.
 
 Data replies (getLocalShuffleData, getMemoryShuffleData) are serialized by hand: the message
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from array import array
 from collections.abc import Awaitable, Callable
 
 import grpc
@@ -42,7 +44,7 @@ from riffle_actors.metrics import Metrics
 from riffle_actors.protocol.blockid import BlockIdLayout
 from riffle_actors.protocol.proto import uniffle_pb2 as pb
 from riffle_actors.protocol.proto import uniffle_pb2_grpc as pb_grpc
-from riffle_actors.records import Block
+from riffle_actors.records import BlockBatch
 from riffle_actors.service import ShuffleService
 from riffle_actors.transport.decode import decode_layout, decode_task_filter
 from riffle_actors.transport.listen import bind_grpc
@@ -159,6 +161,14 @@ def service_handler(servicer: object) -> grpc.GenericRpcHandler:
     return grpc.method_handlers_generic_handler(_SERVICE, handlers)
 
 
+def _batch(sd) -> BlockBatch:
+    """One ShuffleData of a sendShuffleData, columnar (each column one pass over the repeated field)."""
+    blocks = sd.block
+    return BlockBatch(sd.partitionId, array("q", [b.blockId for b in blocks]), array("q", [b.length for b in blocks]),
+                      array("q", [b.uncompressLength for b in blocks]), array("q", [b.crc for b in blocks]),
+                      array("q", [b.taskAttemptId for b in blocks]), [b.data for b in blocks])
+
+
 def _layout(layout: pb.BlockIdLayout) -> BlockIdLayout | None:
     return decode_layout((layout.sequenceNoBits, layout.partitionIdBits, layout.taskAttemptIdBits))
 
@@ -273,11 +283,7 @@ class ShuffleServerServicer(pb_grpc.ShuffleServerServicer):
 
     async def sendShuffleData(self, request, context):
         async def body():
-            partitions = tuple(
-                (sd.partitionId, tuple(
-                    Block(b.blockId, b.length, b.uncompressLength, b.crc, b.taskAttemptId, b.data)
-                    for b in sd.block))
-                for sd in request.shuffleData)
+            partitions = tuple(_batch(sd) for sd in request.shuffleData)
             await self.service.send_data(request.appId, request.shuffleId, request.requireBufferId, partitions)
             return {}
         return await self._call("sendShuffleData", pb.SendShuffleDataResponse, body, request.appId)
