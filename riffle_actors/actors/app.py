@@ -542,13 +542,13 @@ class AppActor(Supervisor):
                 pid = batch.partition_id
                 if not shuffle.is_registered(pid):
                     raise NoRegisterError(f"partition {pid} of shuffle {sid} is not registered")
-                if batch.block_ids and min(batch.block_ids) < 0:
-                    # not a Java block id; it would also break the id bitmaps
-                    raise InvalidRequestError(f"partition {pid}: negative blockId {min(batch.block_ids)}")
+                lowest = batch.min_block_id()
+                if lowest < 0:  # not a Java block id; it would also break the id bitmaps
+                    raise InvalidRequestError(f"partition {pid}: negative blockId {lowest}")
         except BaseException:
             ticket.release_rest()
             raise
-        parts = [batch for batch in msg.partitions if batch.block_ids]
+        parts = [batch for batch in msg.partitions if len(batch)]
         if not parts:
             ticket.release_rest()
             return 0

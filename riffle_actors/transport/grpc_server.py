@@ -7,9 +7,9 @@ logged, so one bad request never takes the server down. Requests are limited to
 ``grpc_max_message_size`` (64 MiB by default; gRPC refuses a larger one from its length prefix,
 before buffering it); replies may be up to 1 GiB (spec §1.1).
 
-A send is handed over columnar (``records.BlockBatch`` per partition: the repeated fields read
-into arrays, one pass per column); block payloads stay the ``bytes`` objects protobuf produced,
-never a copy of the data.
+A send is handed over as one ``records.BlockBatch`` per partition (its ``Block`` records made in one
+pass over the repeated field); block payloads stay the ``bytes`` objects protobuf produced, never a
+copy of the data.
 
 Data replies (getLocalShuffleData, getMemoryShuffleData) are serialized by hand: the message
 without its ``data`` field is serialized by protobuf and the ``data`` field is appended as raw
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from array import array
 from collections.abc import Awaitable, Callable
 
 import grpc
@@ -44,7 +43,7 @@ from riffle_actors.metrics import Metrics
 from riffle_actors.protocol.blockid import BlockIdLayout
 from riffle_actors.protocol.proto import uniffle_pb2 as pb
 from riffle_actors.protocol.proto import uniffle_pb2_grpc as pb_grpc
-from riffle_actors.records import BlockBatch
+from riffle_actors.records import Block, BlockBatch
 from riffle_actors.service import ShuffleService
 from riffle_actors.transport.decode import decode_layout, decode_task_filter
 from riffle_actors.transport.listen import bind_grpc
@@ -162,11 +161,10 @@ def service_handler(servicer: object) -> grpc.GenericRpcHandler:
 
 
 def _batch(sd) -> BlockBatch:
-    """One ShuffleData of a sendShuffleData, columnar (each column one pass over the repeated field)."""
-    blocks = sd.block
-    return BlockBatch(sd.partitionId, array("q", [b.blockId for b in blocks]), array("q", [b.length for b in blocks]),
-                      array("q", [b.uncompressLength for b in blocks]), array("q", [b.crc for b in blocks]),
-                      array("q", [b.taskAttemptId for b in blocks]), [b.data for b in blocks])
+    """One ShuffleData of a sendShuffleData: its blocks as records, in one pass over the repeated field
+    (the batch makes columns only if something reads them)."""
+    return BlockBatch.of(sd.partitionId, [Block(b.blockId, b.length, b.uncompressLength, b.crc, b.taskAttemptId,
+                                                b.data) for b in sd.block])
 
 
 def _layout(layout: pb.BlockIdLayout) -> BlockIdLayout | None:
@@ -252,8 +250,7 @@ class ShuffleServerServicer(pb_grpc.ShuffleServerServicer):
             status, msg = to_status(e)
             fields = {}
             logger.bind(app_id=app_id).exception("{} failed for app {}", rpc, app_id)
-        self.metrics.rpc_total.labels(rpc, status.name).inc()
-        self.metrics.rpc_seconds.labels(rpc).observe(time.perf_counter() - started)
+        self.metrics.rpc_done(rpc, status.name, time.perf_counter() - started)
         return make(status=int(status), retMsg=msg, **fields)
 
     # ------------------------------------------------------------- writes
