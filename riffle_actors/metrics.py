@@ -349,6 +349,7 @@ class Metrics:
         self.rpc_total = Counter("riffle_server_rpc", "RPCs answered", ["rpc", "status"], registry=r)
         self.rpc_seconds = Histogram("riffle_server_rpc_duration_seconds", "RPC latency", ["rpc"],
                                      buckets=_LATENCY_BUCKETS, registry=r)
+        self._rpc_children: dict[tuple[str, str], tuple] = {}  # (rpc, status) -> (counter, histogram) children
         self.received_bytes = Counter("riffle_server_received_bytes", "block payload bytes of successful "
                                       "sendShuffleData requests (retried sends count again)", registry=r)
         read = self.read_bytes = Counter("riffle_server_read_bytes", "bytes served to readers", ["source"],
@@ -403,6 +404,15 @@ class Metrics:
         r.register(_RiffleNamesCollector(self))
         ProcessCollector(registry=r)  # process_resident_memory_bytes & co., Riffle's dashboards read them
 
+    def rpc_done(self, rpc: str, status: str, seconds: float) -> None:
+        """One RPC answered: ``rpc_total`` and ``rpc_seconds``, through children looked up once per
+        (rpc, status) (a ``labels()`` lookup costs several times the increment)."""
+        children = self._rpc_children.get((rpc, status))
+        if children is None:
+            children = self._rpc_children[(rpc, status)] = (self.rpc_total.labels(rpc, status),
+                                                            self.rpc_seconds.labels(rpc))
+        children[0].inc()
+        children[1].observe(seconds)
     def on_spill_failed(self, disk: str) -> None:
         self.spill_failures.labels(disk).inc()
 

@@ -77,7 +77,8 @@ _CHECK_STEP_IDS = 16_384  # partition ids checked per loop turn (~5 ms on this b
 
 async def _check_ids_in_steps(app_id: object, shuffle_id: object, partition_ids: Sequence[object]) -> None:
     """``_check_ids`` of a long partition list (up to ``partition_number_max_limit``: 1M ids, ~0.3 s
-    of checks), giving the loop a turn every ``_CHECK_STEP_IDS`` ids."""
+    of checks), giving the loop a turn every ``_CHECK_STEP_IDS`` ids. Callers check a short list with
+    ``_check_ids`` at once instead (no coroutine per call: requireBuffer runs this on every send)."""
     _check_ids(app_id, shuffle_id, partition_ids[:_CHECK_STEP_IDS])
     for start in range(_CHECK_STEP_IDS, len(partition_ids), _CHECK_STEP_IDS):
         await asyncio.sleep(0)
@@ -173,7 +174,10 @@ class ShuffleService:
         included), so an empty appId (the pre-0.6 "EMPTY" pseudo app) is refused as an invalid id. The
         MemoryManager bounds what one app holds reserved (``[memory_store] app_buffer_ticket_max_*``)."""
         self._check_partition_list("requireBuffer", partition_ids)
-        await _check_ids_in_steps(app_id, shuffle_id, partition_ids)
+        if len(partition_ids) <= _CHECK_STEP_IDS:
+            _check_ids(app_id, shuffle_id, partition_ids)
+        else:
+            await _check_ids_in_steps(app_id, shuffle_id, partition_ids)
         if size < 0:
             raise InvalidRequestError(f"requireSize {size} is negative")
         await self._ask_app(app_id, CheckBufferRequest(

@@ -782,8 +782,7 @@ class UrpcConnection(asyncio.BufferedProtocol):
         else:
             self._write(parts, size)
         m = self.server.metrics
-        m.rpc_total.labels(rpc, status.name).inc()
-        m.rpc_seconds.labels(rpc).observe(time.perf_counter() - started)
+        m.rpc_done(rpc, status.name, time.perf_counter() - started)
 
     def _expected_reply(self, request) -> int:
         """Bytes to reserve before a read: its requested length (capped at the largest read served)."""
