@@ -8,7 +8,9 @@ Layers, outermost first (server CPU per call, user + system, psutil / ``time.pro
 - ``do-nothing grpc.aio``: the same clients against a grpc.aio server whose handler only builds the
   reply (what grpc.aio and protobuf cost per call, whatever the handler does);
 - ``do-nothing grpc sync``: the same against grpcio's thread-pool (synchronous) server (the
-  other serving mode grpcio has);
+  other serving mode grpcio has), and ``sync+loop``: that server handing each call to an asyncio
+  loop thread and waiting for it, the least a sync-served handler of ours would pay (the actors
+  live on the loop);
 - in process, no gRPC (``--in-process``): ``ShuffleServerServicer.requireBuffer`` (our wrapper +
   the service + the actors), ``ShuffleService.require_buffer`` (the service + the actors), and the
   two actor round trips it makes alone (``CheckBufferRequest`` to the AppActor, ``RequireBuffer``
@@ -52,13 +54,25 @@ def run_null_server(mode: str, port_q: mp.Queue) -> None:
     from riffle_actors.protocol.proto import uniffle_pb2 as pb
     from riffle_actors.protocol.proto import uniffle_pb2_grpc as pbg
 
-    if mode == "sync":
+    if mode in ("sync", "sync+loop"):
+        loop = None
+        if mode == "sync+loop":  # our handlers need the event loop: each call handed to it and waited for
+            import threading
+
+            import uvloop
+            loop = uvloop.new_event_loop()
+            threading.Thread(target=loop.run_forever, daemon=True).start()
+
+        async def ticket() -> int:
+            return 1
+
         class Sync(pbg.ShuffleServerServicer):
             def registerShuffle(self, request, context):
                 return pb.ShuffleRegisterResponse(status=0)
 
             def requireBuffer(self, request, context):
-                return pb.RequireBufferResponse(status=0, requireBufferId=1)
+                tid = 1 if loop is None else asyncio.run_coroutine_threadsafe(ticket(), loop).result()
+                return pb.RequireBufferResponse(status=0, requireBufferId=tid)
 
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
         pbg.add_ShuffleServerServicer_to_server(Sync(), server)
@@ -236,7 +250,7 @@ def main() -> int:
     rows = []
     try:
         ctx = mp.get_context("spawn")
-        for mode in ("aio", "sync"):
+        for mode in ("aio", "sync", "sync+loop"):
             q = ctx.Queue()
             null = ctx.Process(target=run_null_server, args=(mode, q), daemon=True)
             null.start()
@@ -263,7 +277,8 @@ def main() -> int:
         by = {r["name"]: r for r in rows}
         aio, full = by["do-nothing grpc aio"]["cpu_us"], by["riffle-server"]["cpu_us"]
         print(f"riffle-server / do-nothing grpc.aio: x{full / aio:.2f} (ours: {full - aio:.1f} us/call)")
-        print(f"do-nothing sync / aio: x{by['do-nothing grpc sync']['cpu_us'] / aio:.2f}")
+        print(f"do-nothing sync / aio: x{by['do-nothing grpc sync']['cpu_us'] / aio:.2f}; "
+              f"sync handing each call to an event loop / aio: x{by['do-nothing grpc sync+loop']['cpu_us'] / aio:.2f}")
         if "riffle-server [base]" in by:
             print(f"riffle-server / [base]: x{full / by['riffle-server [base]']['cpu_us']:.2f}")
         return 0 if all(r["bad"] == 0 for r in rows) else 1

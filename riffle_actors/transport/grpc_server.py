@@ -253,6 +253,17 @@ class ShuffleServerServicer(pb_grpc.ShuffleServerServicer):
         self.metrics.rpc_done(rpc, status.name, time.perf_counter() - started)
         return make(status=int(status), retMsg=msg, **fields)
 
+    def _failed(self, rpc: str, e: Exception, started: float, app_id: str) -> tuple[int, str]:
+        """The hot RPCs' error path (``_call``'s, without its closures on the success path): log, count
+        and return ``(status, retMsg)``."""
+        status, msg = to_status(e)
+        if isinstance(e, RiffleError):
+            logger.bind(app_id=app_id).debug("{} -> {}: {}", rpc, status.name, msg)
+        else:
+            logger.bind(app_id=app_id).opt(exception=e).error("{} failed for app {}", rpc, app_id)
+        self.metrics.rpc_done(rpc, status.name, time.perf_counter() - started)
+        return int(status), msg
+
     # ------------------------------------------------------------- writes
     async def registerShuffle(self, request, context):
         async def body():
@@ -266,24 +277,29 @@ class ShuffleServerServicer(pb_grpc.ShuffleServerServicer):
             return {}
         return await self._call("registerShuffle", pb.ShuffleRegisterResponse, body, request.appId)
 
+    # requireBuffer and sendShuffleData run once per send: written out (no closures, no coroutine of
+    # _call's) as _call would run them
     async def requireBuffer(self, request, context):
-        async def body():
+        started = time.perf_counter()
+        try:
             ticket = await self.service.require_buffer(request.appId, request.shuffleId, request.requireSize,
                                                        tuple(request.partitionIds))
-            return {"requireBufferId": ticket}
-
-        def make(status, retMsg, **fields):
-            if status != StatusCode.SUCCESS:
-                fields["requireBufferId"] = -1
-            return pb.RequireBufferResponse(status=status, retMsg=retMsg, **fields)
-        return await self._call("requireBuffer", make, body, request.appId)
+        except Exception as e:  # noqa: BLE001 - a bad request must never kill the server
+            status, msg = self._failed("requireBuffer", e, started, request.appId)
+            return pb.RequireBufferResponse(status=status, retMsg=msg, requireBufferId=-1)
+        self.metrics.rpc_done("requireBuffer", "SUCCESS", time.perf_counter() - started)
+        return pb.RequireBufferResponse(status=0, retMsg="", requireBufferId=ticket)
 
     async def sendShuffleData(self, request, context):
-        async def body():
+        started = time.perf_counter()
+        try:
             partitions = tuple(_batch(sd) for sd in request.shuffleData)
             await self.service.send_data(request.appId, request.shuffleId, request.requireBufferId, partitions)
-            return {}
-        return await self._call("sendShuffleData", pb.SendShuffleDataResponse, body, request.appId)
+        except Exception as e:  # noqa: BLE001 - a bad request must never kill the server
+            status, msg = self._failed("sendShuffleData", e, started, request.appId)
+            return pb.SendShuffleDataResponse(status=status, retMsg=msg)
+        self.metrics.rpc_done("sendShuffleData", "SUCCESS", time.perf_counter() - started)
+        return pb.SendShuffleDataResponse(status=0, retMsg="")
 
     async def reportShuffleResult(self, request, context):
         async def body():
