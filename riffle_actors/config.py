@@ -719,7 +719,8 @@ class UrpcConfig(StrictModel):
     max_inflight_bytes: ByteSize = SizeField(
         "256M", ge=1 << 20, description="bytes of large request frames (those above 64K) received and not yet "
                                         "processed, over all connections; above it connections stop reading "
-                                        "until some are done")
+                                        "until some are done. Idle pooled receive buffers (reused for the next "
+                                        "frames; at most half of it, 64 MiB) count in it too")
     max_requests_per_connection: int = Field(
         64, ge=1, le=4096, description="requests of one connection in progress at once; above it the "
                                        "connection stops reading until replies are sent")

@@ -385,6 +385,7 @@ class Metrics:
         self.rpc_total = Counter("riffle_server_rpc", "RPCs answered", ["rpc", "status"], registry=r)
         self.rpc_seconds = Histogram("riffle_server_rpc_duration_seconds", "RPC latency", ["rpc"],
                                      buckets=_LATENCY_BUCKETS, registry=r)
+        self._rpc_children: dict[tuple[str, str], tuple] = {}  # (rpc, status) -> (counter, histogram) children
         self.received_bytes = Counter("riffle_server_received_bytes", "block payload bytes of successful "
                                       "sendShuffleData requests (retried sends count again)", registry=r)
         read = self.read_bytes = Counter("riffle_server_read_bytes", "bytes served to readers", ["source"],
@@ -490,8 +491,14 @@ class Metrics:
         """One answered RPC (``started``: its ``time.perf_counter()``): counted, timed and, with
         ``[tracing]``, one span named as Riffle's (the gRPC method path; urpc ones ``urpc:<method>``)."""
         seconds = time.perf_counter() - started
-        self.rpc_total.labels(rpc, status_name).inc()
-        self.rpc_seconds.labels(rpc).observe(seconds)
+        # the counter and histogram children are looked up once per (rpc, status): a labels() lookup
+        # costs several times the increment
+        children = self._rpc_children.get((rpc, status_name))
+        if children is None:
+            children = self._rpc_children[(rpc, status_name)] = (self.rpc_total.labels(rpc, status_name),
+                                                                 self.rpc_seconds.labels(rpc))
+        children[0].inc()
+        children[1].observe(seconds)
         if self.tracer.enabled:
             end = time.time_ns()
             name = rpc if rpc.startswith("urpc:") else GRPC_SERVICE_PATH + rpc

@@ -67,7 +67,7 @@ from riffle_actors.protocol.bitmap import TaskIdFilter
 from riffle_actors.protocol.blockid import BlockIdLayout
 from riffle_actors.protocol.crc import BadBlock, find_bad_block
 from riffle_actors.protocol.errors import ProtocolError
-from riffle_actors.records import Block
+from riffle_actors.records import Block, BlockBatch
 from riffle_actors.runtime import ActorDeadError, ActorRef
 from riffle_actors.state.buffer import BLOCK_OVERHEAD_BYTES
 from riffle_actors.state.disk_health import DiskHealthBoard
@@ -98,7 +98,8 @@ _CHECK_STEP_IDS = 16_384  # partition ids checked per loop turn (~5 ms on this b
 
 async def _check_ids_in_steps(app_id: object, shuffle_id: object, partition_ids: Sequence[object]) -> None:
     """``_check_ids`` of a long partition list (up to ``partition_number_max_limit``: 1M ids, ~0.3 s
-    of checks), giving the loop a turn every ``_CHECK_STEP_IDS`` ids."""
+    of checks), giving the loop a turn every ``_CHECK_STEP_IDS`` ids. Callers check a short list with
+    ``_check_ids`` at once instead (no coroutine per call: requireBuffer runs this on every send)."""
     _check_ids(app_id, shuffle_id, partition_ids[:_CHECK_STEP_IDS])
     for start in range(_CHECK_STEP_IDS, len(partition_ids), _CHECK_STEP_IDS):
         await asyncio.sleep(0)
@@ -208,7 +209,10 @@ class ShuffleService:
         included), so an empty appId (the pre-0.6 "EMPTY" pseudo app) is refused as an invalid id. The
         MemoryManager bounds what one app holds reserved (``[memory_store] app_buffer_ticket_max_*``)."""
         self._check_partition_list("requireBuffer", partition_ids)
-        await _check_ids_in_steps(app_id, shuffle_id, partition_ids)
+        if len(partition_ids) <= _CHECK_STEP_IDS:
+            _check_ids(app_id, shuffle_id, partition_ids)
+        else:
+            await _check_ids_in_steps(app_id, shuffle_id, partition_ids)
         if size < 0:
             raise InvalidRequestError(f"requireSize {size} is negative")
         split = await self._ask_app(app_id, CheckBufferRequest(
@@ -218,17 +222,21 @@ class ShuffleService:
         return BufferGrant(ticket, tuple(split or ()))
 
     async def send_data(self, app_id: str, shuffle_id: int, ticket_id: int,
-                        partitions: tuple[tuple[int, tuple[Block, ...]], ...]) -> int:
-        """Append the blocks; returns the bytes accepted. Readable from memory once this returns."""
-        _check_ids(app_id, shuffle_id, (pid for pid, _ in partitions))
+                        partitions: tuple[BlockBatch, ...]) -> int:
+        """Append the blocks; returns the bytes accepted. Readable from memory once this returns.
+
+        ``partitions``: the send columnar, one ``BlockBatch`` per partition; every check and sum
+        over it is one pass per partition over its columns (no per-block object is made here)."""
+        _check_ids(app_id, shuffle_id, (b.partition_id for b in partitions))
         app = self._app(app_id)
         if not partitions:
             raise InternalError("No data in request")
         # what the client reserved for these blocks (spec §2.2); more than the ticket would let
         # memory grow past its capacity, so such a send is refused whatever the ticket says
-        needed = sum(len(b.data) + BLOCK_OVERHEAD_BYTES for _, blocks in partitions for b in blocks)
+        data_bytes = sum(b.data_bytes for b in partitions)
+        needed = data_bytes + BLOCK_OVERHEAD_BYTES * sum(map(len, partitions))
         if self.crc_check:
-            bad = await self._find_bad_block(partitions, needed)
+            bad = await self._find_bad_block(partitions, data_bytes)
             if bad is not None:
                 await self._refuse_corrupt_send(app_id, ticket_id, partitions, bad)
         # shielded: a cancelled RPC (client deadline) must not strand a taken ticket's reservation
@@ -236,14 +244,14 @@ class ShuffleService:
                                                                    needed))
         inner.add_done_callback(_consume_exception)
         accepted = await asyncio.shield(inner)
-        self.metrics.received_bytes.inc(sum(len(b.data) for _, blocks in partitions for b in blocks))
+        self.metrics.received_bytes.inc(data_bytes)
         if self.integrity.has_pending(app_id):  # blocks refused earlier for a crc mismatch: resent?
-            repaired = self.integrity.on_accepted(app_id, (b.block_id for _, blocks in partitions for b in blocks))
+            repaired = self.integrity.on_accepted(app_id, (bid for batch in partitions for bid in batch.block_ids))
             if repaired:
                 self.metrics.crc_repaired_blocks.inc(repaired)
         return accepted
 
-    async def _find_bad_block(self, partitions, nbytes: int) -> BadBlock | None:
+    async def _find_bad_block(self, partitions: tuple[BlockBatch, ...], nbytes: int) -> BadBlock | None:
         """``find_bad_block`` of a send: on the loop when small, on a thread when big (see
         ``_CRC_ON_LOOP_BYTES``); the time it took and the bytes are counted."""
         start = time.perf_counter()
@@ -252,13 +260,14 @@ class ShuffleService:
         else:
             bad = await asyncio.get_running_loop().run_in_executor(None, find_bad_block, partitions)
         self.metrics.crc_check_seconds.inc(time.perf_counter() - start)
-        self.metrics.crc_checked_bytes.inc(sum(len(b.data) for _, blocks in partitions for b in blocks))
+        self.metrics.crc_checked_bytes.inc(nbytes)
         return bad
 
-    async def _refuse_corrupt_send(self, app_id: str, ticket_id: int, partitions, bad: BadBlock) -> NoReturn:
+    async def _refuse_corrupt_send(self, app_id: str, ticket_id: int, partitions: tuple[BlockBatch, ...],
+                                   bad: BadBlock) -> NoReturn:
         """Refuse the whole send (nothing of it is stored: the client resends the whole request), give its
         ticket's reservation back, count it."""
-        block_ids = [b.block_id for _, blocks in partitions for b in blocks]
+        block_ids = [bid for batch in partitions for bid in batch.block_ids]
         n = self.integrity.on_refused(app_id, block_ids)
         self.metrics.crc_refused_sends.inc()
         self.metrics.crc_refused_blocks.inc(n)
@@ -273,7 +282,7 @@ class ShuffleService:
             f"([app_config] block_crc_check_enable)")
 
     async def _take_ticket_and_append(self, app: ActorRef, app_id: str, shuffle_id: int, ticket_id: int,
-                                      partitions: tuple[tuple[int, tuple[Block, ...]], ...], needed: int) -> int:
+                                      partitions: tuple[BlockBatch, ...], needed: int) -> int:
         ticket_size = await self.memory.ask(TakeTicket(ticket_id=ticket_id, app_id=app_id))
         if needed > ticket_size:
             # the ticket is spent either way: its reservation goes back, nothing is stored

@@ -24,10 +24,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from riffle_actors.protocol.crc import CRC_IMPL, find_bad_block
-from riffle_actors.records import Block
+from riffle_actors.records import Block, BlockBatch
 
 
-def sends(total: int, block: int) -> list[tuple[int, list[Block]]]:
+def sends(total: int, block: int) -> list[BlockBatch]:
     pool = os.urandom(max(block, 1 << 20))
     mv = memoryview(pool)
     out, made, pid = [], 0, 0
@@ -36,17 +36,17 @@ def sends(total: int, block: int) -> list[tuple[int, list[Block]]]:
         for i in range(max(1, (1 << 20) // block)):  # ~1 MiB per partition of a send
             data = mv[(i * 4099) % (len(pool) - block + 1):][:block]
             blocks.append(Block(made + i, block, block, zlib.crc32(data), 1, data))
-        out.append((pid, blocks))
+        out.append(BlockBatch.of(pid, blocks))
         made += block * len(blocks)
         pid += 1
     return out
 
 
-def zlib_check(partitions) -> object:
-    for pid, blocks in partitions:
-        for b in blocks:
-            if zlib.crc32(b.data) != b.crc:
-                return pid
+def zlib_check(partitions: list[BlockBatch]) -> object:
+    for batch in partitions:
+        for _, crc, data in batch.id_crc_data():
+            if zlib.crc32(data) != crc:
+                return batch.partition_id
     return None
 
 

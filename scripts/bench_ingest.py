@@ -380,7 +380,7 @@ def parse_variant(text: str) -> tuple[str, dict[str, dict[str, str]]]:
 
 
 def start_server(work: Path, name: str, capacity: str, transport: str, env_extra: dict,
-                 overrides: dict[str, dict[str, str]] | None = None) -> tuple:
+                 overrides: dict[str, dict[str, str]] | None = None, repo: Path = REPO) -> tuple:
     data_dir = work / f"data-{name}"
     cfg = work / f"{name}.toml"
     sections: dict[str, dict[str, str]] = {
@@ -396,9 +396,9 @@ def start_server(work: Path, name: str, capacity: str, transport: str, env_extra
         text += f"[{section}]\n" + "".join(f"{k} = {v}\n" for k, v in values.items())
     cfg.write_text(text)
     port_file = work / f"{name}.ports.json"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]), **env_extra}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")]), **env_extra}
     server = subprocess.Popen([sys.executable, "-m", "riffle_actors.server", "--config", str(cfg),
-                               "--port-file", str(port_file)], cwd=REPO, env=env)
+                               "--port-file", str(port_file)], cwd=repo, env=env)
     deadline = time.monotonic() + 30
     while not port_file.exists():
         if server.poll() is not None or time.monotonic() > deadline:
@@ -407,6 +407,11 @@ def start_server(work: Path, name: str, capacity: str, transport: str, env_extra
         time.sleep(0.05)
     ports = json.loads(port_file.read_text())
     return server, ports["grpc_port"], ports.get("urpc_port", 0)
+
+
+def _base_label(name: str) -> str:
+    """The [base] twin of a run's label (see ``--base-repo``)."""
+    return name + " [base]"
 
 
 def stop(proc) -> None:
@@ -433,8 +438,14 @@ def main() -> int:
                     help="NAME[:section.key=value,...]: a server config to compare (repeatable; runs interleave), "
                          "e.g. buffered:localfile_store.direct_io_append_enable=false")
     ap.add_argument("--rounds", type=int, default=1, help="repeat every (transport, variant) run, interleaved")
+    ap.add_argument("--base-repo", type=Path, default=None,
+                    help="another checkout (e.g. the main branch): each variant also runs with its riffle-server, "
+                         "interleaved, labelled [base], and the ratios this/base are printed")
     opts = ap.parse_args()
-    variants = [parse_variant(v) for v in opts.variant] or [("", {})]
+    variants = [(n, o, REPO) for n, o in ([parse_variant(v) for v in opts.variant] or [("", {})])]
+    if opts.base_repo is not None:
+        variants = [v for n, o, r in variants for v in ((n, o, r), (n + " [base]" if n else "[base]", o,
+                                                                   opts.base_repo.resolve()))]
     env_extra = dict(kv.split("=", 1) for kv in opts.server_env)
     base_args = {"total_mib": opts.total_mib, "partitions": opts.partitions, "senders": opts.senders,
                  "request_bytes": opts.request_kib * 1024, "clients": opts.clients}
@@ -458,10 +469,10 @@ def main() -> int:
                 finally:
                     null.terminate()
                     null.join(10)
-            for vname, overrides in variants:
+            for vi, (vname, overrides, repo) in enumerate(variants):
                 label = f"riffle-server {transport}" + (f" {vname}" if vname else "")
-                name = f"riffle-{transport}-{rnd}-{vname or 'default'}"
-                server, port, uport = start_server(work, name, opts.capacity, transport, env_extra, overrides)
+                name = f"riffle-{transport}-{rnd}-{vi}"
+                server, port, uport = start_server(work, name, opts.capacity, transport, env_extra, overrides, repo)
                 try:
                     r = run_clients(label, server.pid, port, uport if transport == "urpc" else 0,
                                     {**base_args, "read_back": True})
@@ -471,14 +482,15 @@ def main() -> int:
                     stop(server)
                 shutil.rmtree(work / f"data-{name}", ignore_errors=True)
                 print(f"  done: {label} (load {os.getloadavg()[0]:.2f})", flush=True)
-        print(f"{'server':30} {'write MB/s':>10} {'p50 ms':>7} {'p99 ms':>7} {'CPU s/GB':>8} {'sys':>5} | "
+        print(f"{'server':30} {'write MB/s':>10} {'p50 ms':>7} {'p99 ms':>7} {'CPU s/GB':>8} {'sys':>5} "
+              f"{'ms/send':>7} | "
               f"{'read MB/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'CPU s/GB':>8} {'sys':>5}")
         for r in rows:
             w = r["write_bytes"] / MIB / r["write_s"]
             gb = r["write_bytes"] / GB
             line = (f"{r['name']:30} {w:10.1f} {percentile(r['send_lat'], .5) * 1e3:7.2f} "
                     f"{percentile(r['send_lat'], .99) * 1e3:7.2f} {r['write_cpu_s'] / gb:8.2f} "
-                    f"{r['write_sys_s'] / gb:5.2f} | ")
+                    f"{r['write_sys_s'] / gb:5.2f} {r['write_cpu_s'] * 1e3 / max(1, len(r['send_lat'])):7.3f} | ")
             if "read_bytes" in r:
                 rgb = r["read_bytes"] / GB
                 line += (f"{r['read_bytes'] / MIB / r['read_s']:9.1f} {percentile(r['read_lat'], .5) * 1e3:7.2f} "
@@ -491,6 +503,14 @@ def main() -> int:
         if "riffle-server grpc" in by and "riffle-server urpc" in by:
             g, u = by["riffle-server grpc"], by["riffle-server urpc"]
             print(f"write MB/s urpc/grpc: {(u['write_bytes'] / u['write_s']) / (g['write_bytes'] / g['write_s']):.2f}")
+        if opts.base_repo is not None:
+            for r in rows:
+                base = by.get(_base_label(r["name"]))
+                if base is None or base is r or r["name"].endswith("[base]"):
+                    continue
+                ratio = (r["write_cpu_s"] / r["write_bytes"]) / (base["write_cpu_s"] / base["write_bytes"])
+                speed = (r["write_bytes"] / r["write_s"]) / (base["write_bytes"] / base["write_s"])
+                print(f"{r['name']} vs [base] (last round): write CPU/GB x{ratio:.2f}, write MB/s x{speed:.2f}")
         for r in rows:
             if "bad" in r:
                 print(f"{r['name']}: read back {r['read_bytes'] / MIB:.0f} MiB, bad or missing blocks: {r['bad']}")

@@ -96,7 +96,7 @@ from riffle_actors.protocol.shuffle_meta import (
     encode_block_ids_steps,
     encode_register,
 )
-from riffle_actors.records import Block
+from riffle_actors.records import Block, BlockBatch
 from riffle_actors.runtime import (
     ActorDeadError,
     ActorRef,
@@ -144,7 +144,7 @@ class AppendBlocks:
     """
 
     shuffle_id: int
-    partitions: tuple[tuple[int, tuple[Block, ...]], ...]
+    partitions: tuple[BlockBatch, ...]
     ticket_size: int = 0
     ticket: SendTicket | None = None
 
@@ -572,22 +572,24 @@ class AppActor(Supervisor):
             state.touch()
             shuffle = state.shuffle(sid)
             # every check before any partition sees the request: an error must not leave half of it behind
-            for pid, blocks in msg.partitions:
+            for batch in msg.partitions:
+                pid = batch.partition_id
                 if not shuffle.is_registered(pid):
                     raise NoRegisterError(f"partition {pid} of shuffle {sid} is not registered")
-                for b in blocks:
-                    if b.block_id < 0:  # not a Java block id; it would also break the id bitmaps
-                        raise InvalidRequestError(f"partition {pid}: negative blockId {b.block_id}")
+                lowest = batch.min_block_id()
+                if lowest < 0:  # not a Java block id; it would also break the id bitmaps
+                    raise InvalidRequestError(f"partition {pid}: negative blockId {lowest}")
         except BaseException:
             ticket.release_rest()
             raise
-        parts = [(pid, blocks) for pid, blocks in msg.partitions if blocks]
+        parts = [batch for batch in msg.partitions if len(batch)]
         if not parts:
             ticket.release_rest()
             return 0
         reply = ticket.expect(self._loop.create_future(), len(parts), self._sends)
-        for pid, blocks in parts:
-            self._deliver(sid, pid, shuffle.partition(pid), AppendPart(blocks, ticket))
+        for batch in parts:
+            pid = batch.partition_id
+            self._deliver(sid, pid, shuffle.partition(pid), AppendPart(batch, ticket))
         return reply
 
     def _check_buffer_request(self, msg: CheckBufferRequest) -> tuple[int, ...]:

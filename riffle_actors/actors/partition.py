@@ -51,7 +51,7 @@ from riffle_actors.actors.meta_log import ShuffleMetaLog
 from riffle_actors.actors.spill import SpillCompleted, SpillJob
 from riffle_actors.errors import InternalError, RiffleError
 from riffle_actors.protocol.shuffle_meta import SEGMENT, encode_segment
-from riffle_actors.records import Block
+from riffle_actors.records import Block, BlockBatch
 from riffle_actors.runtime import Actor, ActorRef
 from riffle_actors.state.partition import PartitionFigures, PartitionState, SpillLimits
 from riffle_actors.state.tier_policy import HDFS_TIER
@@ -196,9 +196,9 @@ class PartitionContext:
 
 @dataclass(frozen=True, slots=True)
 class AppendPart:
-    """The blocks of one send for this partition; settled through ``ticket``."""
+    """The blocks of one send for this partition (columnar); settled through ``ticket``."""
 
-    blocks: tuple[Block, ...]
+    batch: BlockBatch
     ticket: SendTicket
 
 
@@ -283,8 +283,8 @@ class PartitionActor(Actor):
     def receive(self, msg: PartitionMsg) -> Any:
         state = self.state
         match msg:
-            case AppendPart(blocks=blocks, ticket=ticket):
-                accepted, dropped, became_huge = state.append(blocks)
+            case AppendPart(batch=batch, ticket=ticket):
+                accepted, dropped, became_huge = state.append(batch.blocks())
                 ticket.part_done(accepted + dropped, accepted)
                 if became_huge:
                     logger.bind(app_id=self.ctx.app_id).warning(

@@ -218,8 +218,16 @@ def _write_direct(files: _Files, data_fd: int, base: int, blocks: Sequence[Block
                 os.close(read_fd)
         cap = len(view)
         for b in blocks:
-            src = memoryview(b.data).cast("B")
-            off, n = 0, len(src)
+            data = b.data
+            if type(data) is memoryview and (data.format != "B" or data.ndim != 1):
+                data = data.cast("B")
+            n = len(data)
+            if n < cap - fill:  # the common case: the whole block fits, one copy, no slicing of it
+                view[fill:fill + n] = data
+                fill += n
+                continue
+            src = memoryview(data)
+            off = 0
             while off < n:
                 take = min(n - off, cap - fill)
                 view[fill:fill + take] = src[off:off + take]

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from riffle_actors.protocol.index import IndexEntry
-from riffle_actors.records import Block
+from riffle_actors.records import Block, BlockBatch
 
 try:
     from isal.isal_zlib import crc32 as _crc32
@@ -51,15 +51,15 @@ class BadBlock(NamedTuple):
     actual: int  # the crc of the bytes
 
 
-def find_bad_block(partitions: Iterable[tuple[int, Iterable[Block]]]) -> BadBlock | None:
+def find_bad_block(partitions: Iterable[BlockBatch]) -> BadBlock | None:
     """The first block of a send whose ``crc`` is not the CRC-32 of its ``data``; None when all match.
 
     A ``crc`` outside 0..2^32-1 never matches (the client sends the unsigned value)."""
-    for pid, blocks in partitions:
-        for b in blocks:
-            actual = _crc32(b.data) & 0xFFFFFFFF
-            if actual != b.crc:
-                return BadBlock(pid, b.block_id, b.crc, actual)
+    for batch in partitions:
+        for block_id, crc, data in batch.id_crc_data():
+            actual = _crc32(data) & 0xFFFFFFFF
+            if actual != crc:
+                return BadBlock(batch.partition_id, block_id, crc, actual)
     return None
 
 

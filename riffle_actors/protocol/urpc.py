@@ -34,11 +34,12 @@ from __future__ import annotations
 
 import enum
 import struct
+from array import array
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from riffle_actors.protocol.errors import ProtocolError
-from riffle_actors.records import Block
+from riffle_actors.records import Block, BlockBatch
 
 Buffer = bytes | bytearray | memoryview  # what a frame's bytes may be held in
 
@@ -131,7 +132,7 @@ class SendShuffleData(NamedTuple):
     app_id: str
     shuffle_id: int
     require_buffer_id: int
-    partitions: tuple[tuple[int, tuple[Block, ...]], ...]
+    partitions: tuple[BlockBatch, ...]  # columnar, payloads as slices of the frame (see detach_partitions)
     timestamp: int
 
 
@@ -272,52 +273,72 @@ def _decode_send(r: _Reader) -> SendShuffleData:
     ticket = r.i64("send.requireBufferId")
     partitions = []
     buf = r.buf
+    unpack_head = _BLOCK_HEAD.unpack_from
+    unpack_tail = _BLOCK_TAIL.unpack_from
+    head_size, tail_size = _BLOCK_HEAD.size, _BLOCK_TAIL.size
     for i in range(r.count(_MIN_PARTITION_BYTES, "send.partitionCount")):
         partition_id = r.i32(f"send.partition[{i}].partitionId")
-        blocks = []
+        ids, lengths, uncompress, crcs, tasks = array("q"), array("q"), array("q"), array("q"), array("q")
+        datas = []
+        data_bytes = 0
         for j in range(r.count(_MIN_BLOCK_BYTES, f"send.partition[{i}].blockCount")):
-            what = f"send.partition[{i}].block[{j}]"
-            _, block_id, length, _, crc, task_attempt_id, data_len = r.unpack(_BLOCK_HEAD, what)
+            if r.end - r.pos < head_size:
+                r.need(head_size, f"send.partition[{i}].block[{j}]")
+            _, block_id, length, _, crc, task_attempt_id, data_len = unpack_head(buf, r.pos)
+            start = r.pos + head_size
             if data_len < 0:
-                raise ProtocolError(what + ".data", f"length {data_len} is negative")
-            r.need(data_len, what + ".data")
-            start = r.pos
-            r.pos += data_len
-            for k in range(r.count(_MIN_SERVER_BYTES, what + ".serverCount")):
-                r.skip_string(f"{what}.server[{k}].id")
-                r.skip_string(f"{what}.server[{k}].host")
-                r.need(8, f"{what}.server[{k}].ports")
+                raise ProtocolError(f"send.partition[{i}].block[{j}].data", f"length {data_len} is negative")
+            r.pos = start
+            r.need(data_len, f"send.partition[{i}].block[{j}].data")
+            r.pos = start + data_len
+            servers = r.count(_MIN_SERVER_BYTES, f"send.partition[{i}].block[{j}].serverCount")
+            for k in range(servers):
+                what = f"send.partition[{i}].block[{j}].server[{k}]"
+                r.skip_string(what + ".id")
+                r.skip_string(what + ".host")
+                r.need(8, what + ".ports")
                 r.pos += 8
-            uncompress_length, _ = r.unpack(_BLOCK_TAIL, what + ".uncompressLength")
-            blocks.append(Block(block_id, length, uncompress_length, crc, task_attempt_id, buf[start:start + data_len]))
-        partitions.append((partition_id, tuple(blocks)))
+            if r.end - r.pos < tail_size:
+                r.need(tail_size, f"send.partition[{i}].block[{j}].uncompressLength")
+            uncompress_length = unpack_tail(buf, r.pos)[0]
+            r.pos += tail_size
+            ids.append(block_id)
+            lengths.append(length)
+            uncompress.append(uncompress_length)
+            crcs.append(crc)
+            tasks.append(task_attempt_id)
+            datas.append(buf[start:start + data_len])
+            data_bytes += data_len
+        partitions.append(BlockBatch(partition_id, ids, lengths, uncompress, crcs, tasks, datas, data_bytes))
     timestamp = r.i64("send.timestamp")
     return SendShuffleData(request_id, app_id, shuffle_id, ticket, tuple(partitions), timestamp)
 
 
-def detach_partitions(
-        partitions: tuple[tuple[int, tuple[Block, ...]], ...]) -> tuple[tuple[int, tuple[Block, ...]], ...]:
-    """Give each partition's block payloads a buffer of their own (one copy of the frame's data).
+def detach_partitions(partitions: tuple[BlockBatch, ...]) -> tuple[BlockBatch, ...]:
+    """Give each partition's block payloads a buffer of its own: one copy of the frame's data, after
+    which the frame's buffer holds nothing anybody refers to and can be reused at once.
 
-    Decoded blocks are slices of their frame, and a slice keeps the whole frame alive. Blocks of one
-    partition leave memory together (one spill batch), but the partitions of one frame do not: a
-    small partition that stays in memory would keep a 16 MiB frame resident while the budget counts
-    a few KiB of it. So a frame that carries several partitions is split into one buffer per
-    partition, and resident memory stays what the budget says. A one-partition frame is left as
-    it is (zero copy).
+    Decoded blocks are slices of their frame, and a slice keeps the whole frame alive; partitions
+    leave memory separately (one spill batch each), so a small partition staying in memory would
+    keep a whole frame resident while the budget counts a few KiB of it, and a receive buffer could
+    never be reused. Each partition's payloads are joined into one ``bytes`` of exactly their size,
+    so resident memory is what the budget counts. The returned batches share the columns of
+    ``partitions``; only ``datas`` are new.
     """
-    if len(partitions) <= 1:
-        return partitions
     out = []
-    for partition_id, blocks in partitions:
-        whole = memoryview(b"".join(b.data for b in blocks))
-        pos = 0
+    for batch in partitions:
+        datas = batch.datas
+        if not datas:
+            out.append(batch)
+            continue
+        whole = memoryview(b"".join(datas))
         own = []
-        for b in blocks:
-            n = len(b.data)
-            own.append(Block(b.block_id, b.length, b.uncompress_length, b.crc, b.task_attempt_id, whole[pos:pos + n]))
+        pos = 0
+        for n in map(len, datas):
+            own.append(whole[pos:pos + n])
             pos += n
-        out.append((partition_id, tuple(own)))
+        out.append(BlockBatch(batch.partition_id, batch.block_ids, batch.lengths, batch.uncompress_lengths,
+                              batch.crcs, batch.task_ids, own, batch.data_bytes))
     return tuple(out)
 
 
@@ -440,19 +461,21 @@ def _frame(type_: int, msg: bytes) -> bytes:
     return HEADER.pack(len(msg), type_, 0) + msg
 
 
-def send_message_size(app_id: str, partitions: Sequence[tuple[int, Sequence[Block]]],
+def send_message_size(app_id: str, partitions: Sequence[tuple[int, Sequence[Block]] | BlockBatch],
                       servers: int = 1) -> int:
     """``msgLen`` of ``encode_send_shuffle_data`` (the client adds it to the ticket it asks for)."""
     return len(encode_send_shuffle_data(0, app_id, 0, 0, partitions, 0, servers=servers)) - HEADER_SIZE
 
 
 def encode_send_shuffle_data(request_id: int, app_id: str, shuffle_id: int, require_buffer_id: int,
-                             partitions: Sequence[tuple[int, Sequence[Block]]], timestamp: int,
+                             partitions: Sequence[tuple[int, Sequence[Block]] | BlockBatch], timestamp: int,
                              servers: int = 1) -> bytes:
     """Type 3 as the Uniffle client writes it (each block lists ``servers`` replica servers)."""
     server = _str("127.0.0.1-19999") + _str("127.0.0.1") + struct.pack(">ii", 19999, 17000)
     parts = [_I64.pack(request_id), _str(app_id), struct.pack(">iqi", shuffle_id, require_buffer_id, len(partitions))]
-    for partition_id, blocks in partitions:
+    for partition in partitions:
+        partition_id, blocks = ((partition.partition_id, tuple(partition.blocks()))
+                                if isinstance(partition, BlockBatch) else partition)
         parts.append(struct.pack(">ii", partition_id, len(blocks)))
         for b in blocks:
             parts.append(_BLOCK_HEAD.pack(partition_id, b.block_id, b.length, shuffle_id, b.crc, b.task_attempt_id,

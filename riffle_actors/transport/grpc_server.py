@@ -7,8 +7,9 @@ logged, so one bad request never takes the server down. Requests are limited to
 ``grpc_max_message_size`` (64 MiB by default; gRPC refuses a larger one from its length prefix,
 before buffering it); replies may be up to 1 GiB (spec §1.1).
 
-Block payloads stay the ``bytes`` objects protobuf produced: one ``Block`` tuple per block,
-never a copy of the data.
+A send is handed over as one ``records.BlockBatch`` per partition (its ``Block`` records made in one
+pass over the repeated field); block payloads stay the ``bytes`` objects protobuf produced, never a
+copy of the data.
 
 Data replies (getLocalShuffleData, getMemoryShuffleData) are serialized by hand: the message
 without its ``data`` field is serialized by protobuf and the ``data`` field is appended as raw
@@ -43,9 +44,9 @@ from riffle_actors.metrics import Metrics
 from riffle_actors.protocol.blockid import BlockIdLayout
 from riffle_actors.protocol.proto import uniffle_pb2 as pb
 from riffle_actors.protocol.proto import uniffle_pb2_grpc as pb_grpc
-from riffle_actors.records import Block
+from riffle_actors.records import Block, BlockBatch
 from riffle_actors.service import ShuffleService
-from riffle_actors.transport.decode import decode_layout, decode_task_filter
+from riffle_actors.transport.decode import decode_layout, decode_task_filter, wire_status
 from riffle_actors.transport.listen import bind_grpc
 from riffle_actors.transport.reply_budget import ReplyBudget
 
@@ -162,6 +163,13 @@ def service_handler(servicer: object) -> grpc.GenericRpcHandler:
     return grpc.method_handlers_generic_handler(_SERVICE, handlers)
 
 
+def _batch(sd) -> BlockBatch:
+    """One ShuffleData of a sendShuffleData: its blocks as records, in one pass over the repeated field
+    (the batch makes columns only if something reads them)."""
+    return BlockBatch.of(sd.partitionId, [Block(b.blockId, b.length, b.uncompressLength, b.crc, b.taskAttemptId,
+                                                b.data) for b in sd.block])
+
+
 def _layout(layout: pb.BlockIdLayout) -> BlockIdLayout | None:
     return decode_layout((layout.sequenceNoBits, layout.partitionIdBits, layout.taskAttemptIdBits))
 
@@ -248,6 +256,17 @@ class ShuffleServerServicer(pb_grpc.ShuffleServerServicer):
         self.metrics.on_rpc(rpc, status.name, started, app_id)
         return make(status=int(status), retMsg=msg, **fields)
 
+    def _failed(self, rpc: str, e: Exception, started: float, app_id: str) -> tuple[int, str]:
+        """The hot RPCs' error path (``_call``'s, without its closures on the success path): log, count
+        and return ``(status, retMsg)``."""
+        status, msg = to_status(e)
+        if isinstance(e, RiffleError):
+            logger.bind(app_id=app_id).debug("{} -> {}: {}", rpc, status.name, msg)
+        else:
+            logger.bind(app_id=app_id).opt(exception=e).error("{} failed for app {}", rpc, app_id)
+        self.metrics.on_rpc(rpc, status.name, started, app_id)
+        return int(status), msg
+
     # ------------------------------------------------------------- writes
     async def registerShuffle(self, request, context):
         async def body():
@@ -261,29 +280,31 @@ class ShuffleServerServicer(pb_grpc.ShuffleServerServicer):
             return {}
         return await self._call("registerShuffle", pb.ShuffleRegisterResponse, body, request.appId)
 
+    # requireBuffer and sendShuffleData run once per send: written out (no closures, no coroutine of
+    # _call's) as _call would run them
     async def requireBuffer(self, request, context):
-        async def body():
+        started = time.perf_counter()
+        try:
             grant = await self.service.grant_buffer(request.appId, request.shuffleId, request.requireSize,
                                                     tuple(request.partitionIds))
-            # Riffle's partition split: the client (0.10+) reassigns these partitions to other servers
-            return {"requireBufferId": grant.ticket_id, "needSplitPartitionIds": grant.split_partition_ids}
-
-        def make(status, retMsg, **fields):
-            if status != StatusCode.SUCCESS:
-                fields["requireBufferId"] = -1
-            return pb.RequireBufferResponse(status=status, retMsg=retMsg, **fields)
-        return await self._call("requireBuffer", make, body, request.appId)
+        except Exception as e:  # noqa: BLE001 - a bad request must never kill the server
+            status, msg = self._failed("requireBuffer", e, started, request.appId)
+            return pb.RequireBufferResponse(status=wire_status(status), retMsg=msg, requireBufferId=-1)
+        self.metrics.on_rpc("requireBuffer", "SUCCESS", started, request.appId)
+        # Riffle's partition split: the client (0.10+) reassigns these partitions to other servers
+        return pb.RequireBufferResponse(status=wire_status(StatusCode.SUCCESS), retMsg="", requireBufferId=grant.ticket_id,
+                                        needSplitPartitionIds=grant.split_partition_ids)
 
     async def sendShuffleData(self, request, context):
-        async def body():
-            partitions = tuple(
-                (sd.partitionId, tuple(
-                    Block(b.blockId, b.length, b.uncompressLength, b.crc, b.taskAttemptId, b.data)
-                    for b in sd.block))
-                for sd in request.shuffleData)
+        started = time.perf_counter()
+        try:
+            partitions = tuple(_batch(sd) for sd in request.shuffleData)
             await self.service.send_data(request.appId, request.shuffleId, request.requireBufferId, partitions)
-            return {}
-        return await self._call("sendShuffleData", pb.SendShuffleDataResponse, body, request.appId)
+        except Exception as e:  # noqa: BLE001 - a bad request must never kill the server
+            status, msg = self._failed("sendShuffleData", e, started, request.appId)
+            return pb.SendShuffleDataResponse(status=wire_status(status), retMsg=msg)
+        self.metrics.on_rpc("sendShuffleData", "SUCCESS", started, request.appId)
+        return pb.SendShuffleDataResponse(status=wire_status(StatusCode.SUCCESS), retMsg="")
 
     async def reportShuffleResult(self, request, context):
         async def body():

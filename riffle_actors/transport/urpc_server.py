@@ -11,11 +11,15 @@ INTERNAL_ERROR "Remote merge is disabled", as the Java server without remote mer
 One ``UrpcConnection`` (an ``asyncio.BufferedProtocol``) per TCP connection:
 
 - Frames are read into preallocated memory. Small frames land in a 64 KiB buffer reused for the
-  life of the connection; a frame that does not fit is read by the kernel straight into a
-  ``bytearray`` of its own size (no copy). A SendShuffleData's blocks stay slices of it when it
-  carries one partition; a frame of several partitions is split into one buffer per partition
-  (one copy, ``protocol.urpc.detach_partitions``), so a partition left in memory never keeps the
-  whole frame resident beyond what the memory budget counts.
+  life of the connection; a frame that does not fit is read by the kernel straight into a receive
+  buffer taken from the server's ``RecvPool`` (reused across frames and connections, so it is
+  neither zero-filled nor faulted in again). A SendShuffleData is decoded columnar
+  (``records.BlockBatch``) as soon as its last byte arrived, and each partition's payloads are
+  copied once into a buffer of exactly their size (``protocol.urpc.detach_partitions``): nothing
+  refers to the receive buffer afterwards, so it goes back to the pool at once, and a partition
+  left in memory never keeps more resident than the memory budget counts. The pool's idle buffers
+  count in ``max_inflight_bytes`` with the frames being received (it drops idle buffers to make
+  room), and a buffer is reused only for a frame at most ~1/4 smaller than it.
 - Each request runs as a task, so several requests of one connection are served at once and
   answered by ``requestId`` in completion order (the client matches them by id).
 - Bounded input: a connection stops reading while ``max_requests_per_connection`` of its
@@ -108,6 +112,7 @@ from riffle_actors.transport.listen import create_tcp_server
 from riffle_actors.transport.reply_budget import ReplyBudget
 
 SMALL_BUFFER_BYTES = 64 << 10
+RECV_POOL_MAX_BYTES = 64 << 20  # idle receive buffers kept (and at most half of max_inflight_bytes)
 WRITE_HIGH_WATER_BYTES = 8 << 20
 SENDFILE_THREADS = 4
 RATE_GRACE_S = 5.0  # a frame's average arrival rate is judged once it has been arriving this long
@@ -122,6 +127,58 @@ _RPC_NAMES: dict[int, str] = {
     MessageType.GET_MEMORY_SHUFFLE_DATA_REQUEST: "urpc:getMemoryShuffleData",
     MessageType.GET_SORTED_SHUFFLE_DATA_REQUEST: "urpc:getSortedShuffleData",
 }
+
+
+class RecvPool:
+    """Receive buffers of large frames, reused (see the module docstring); the event loop's only.
+
+    ``take(n)`` returns a free buffer of at least ``n`` bytes and not much more (the smallest that
+    fits within ``n + n/4 + 64 KiB``), else a new ``bytearray(n)``; ``give`` takes a buffer back once
+    nothing refers to it, keeping at most ``limit`` idle bytes (oldest dropped first); ``shrink``
+    drops idle buffers (the in-flight budget needs the room). ``idle_bytes``: what it holds now.
+    """
+
+    __slots__ = ("_free", "allocated", "idle_bytes", "limit", "reused")
+
+    SLACK = 64 << 10
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._free: list[bytearray] = []
+        self.idle_bytes = 0
+        self.reused = 0  # frames received into a reused buffer / into a new one (tests, benchmarks)
+        self.allocated = 0
+
+    def take(self, n: int) -> bytearray:
+        best = -1
+        most = n + (n >> 2) + self.SLACK
+        free = self._free
+        for i, b in enumerate(free):
+            cap = len(b)
+            if n <= cap <= most and (best < 0 or cap < len(free[best])):
+                best = i
+        if best >= 0:
+            buf = free.pop(best)
+            self.idle_bytes -= len(buf)
+            self.reused += 1
+            return buf
+        self.allocated += 1
+        return bytearray(n)
+
+    def give(self, buf: bytearray) -> None:
+        if len(buf) > self.limit:
+            return
+        self._free.append(buf)
+        self.idle_bytes += len(buf)
+        if self.idle_bytes > self.limit:
+            self.shrink(self.idle_bytes - self.limit)
+
+    def shrink(self, n: int) -> None:
+        free = self._free
+        while n > 0 and free:
+            b = free.pop(0)
+            self.idle_bytes -= len(b)
+            n -= len(b)
 
 
 class UrpcServer:
@@ -159,6 +216,8 @@ class UrpcServer:
         self._send_pool: ThreadPoolExecutor | None = None
         self.connections: set[UrpcConnection] = set()
         self.inflight_bytes = 0
+        # idle receive buffers: counted with inflight_bytes against max_inflight_bytes (see reserve)
+        self.pool = RecvPool(min(RECV_POOL_MAX_BYTES, max_inflight_bytes // 2))
         self._budget_waiters: deque[UrpcConnection] = deque()
         self.budget_waits = 0  # large frames that had to wait for the in-flight budget (for tests)
         self._server: asyncio.AbstractServer | None = None
@@ -216,10 +275,15 @@ class UrpcServer:
 
     # ------------------------------------------------------------- the shared budget of large frames
     def reserve(self, n: int) -> bool:
-        """Take ``n`` bytes of the in-flight budget; always granted when nothing else is in flight."""
+        """Take ``n`` bytes of the in-flight budget; always granted when nothing else is in flight.
+
+        Idle pooled receive buffers count in the same budget: they are dropped to make room."""
         if self.inflight_bytes and self.inflight_bytes + n > self.max_inflight_bytes:
             return False
         self.inflight_bytes += n
+        over = self.inflight_bytes + self.pool.idle_bytes - self.max_inflight_bytes
+        if over > 0:
+            self.pool.shrink(over)
         return True
 
     def release(self, n: int) -> None:
@@ -324,9 +388,10 @@ class UrpcConnection(asyncio.BufferedProtocol):
     def connection_lost(self, exc) -> None:
         self._closed = True
         self.server.forget(self)
-        if self._frame is not None:  # a frame cut short: its budget goes back
-            self._frame = None
-            self.server.release(self._frame_header.frame_len)  # type: ignore[union-attr]
+        if self._frame is not None:  # a frame cut short: its buffer and budget go back
+            frame, self._frame = self._frame, None
+            self.server.pool.give(frame)
+            self.server.release(len(frame))
         # every reply byte this connection held goes back; requests still running see _closed
         self.server.replies.release(self._reply_global + self._buffered)
         self._reply_global = self._buffered = 0
@@ -344,7 +409,7 @@ class UrpcConnection(asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._frame is not None:
-            return memoryview(self._frame)[self._frame_got:]
+            return memoryview(self._frame)[self._frame_got:self._frame_header.frame_len]  # type: ignore[union-attr]
         if self._start == self._end:
             self._start = self._end = 0
         elif len(self._buf) - self._end < 8192 and self._start:
@@ -361,10 +426,13 @@ class UrpcConnection(asyncio.BufferedProtocol):
         self._rx += nbytes
         if self._frame is not None:
             self._frame_got += nbytes
-            if self._frame_got == len(self._frame):
-                frame, header = self._frame, self._frame_header
+            header = self._frame_header
+            assert header is not None  # set with _frame
+            if self._frame_got == header.frame_len:
+                frame = self._frame
                 self._frame, self._frame_header = None, None
-                self._dispatch(header, memoryview(frame).toreadonly(), reserved=len(frame))  # type: ignore[arg-type]
+                self._dispatch(header, memoryview(frame)[:header.frame_len].toreadonly(),
+                               reserved=len(frame), buf=frame)
             return
         self._end += nbytes
         self._parse()
@@ -405,25 +473,24 @@ class UrpcConnection(asyncio.BufferedProtocol):
                 continue
             if avail >= HEADER_SIZE + total:
                 begin = self._start + HEADER_SIZE
-                region = self._view[begin:begin + total]
-                if header.type == _SEND:
-                    region = memoryview(bytes(region))  # blocks outlive the reused buffer: one copy per frame
+                region = self._view[begin:begin + total]  # decoded (sends: copied out) before it is reused
                 self._start = begin + total
                 self._dispatch(header, region, reserved=0)
                 continue
             if header.type != _SEND and HEADER_SIZE + total <= len(self._buf):
                 return  # a small frame: the rest arrives in this buffer
-            if not srv.reserve(total):
+            frame = srv.pool.take(total)
+            if not srv.reserve(len(frame)):
+                srv.pool.give(frame)
                 self._waiting_header = header
                 self._pause("budget")
                 srv.wait_budget(self)
                 return
-            self._begin_frame(header)
+            self._begin_frame(header, frame)
             return
 
-    def _begin_frame(self, header: FrameHeader) -> None:
-        """Receive the rest of this frame straight into a buffer of its own (the budget is reserved)."""
-        frame = bytearray(header.frame_len)
+    def _begin_frame(self, header: FrameHeader, frame: bytearray) -> None:
+        """Receive the rest of this frame straight into ``frame`` (its budget is reserved)."""
         got = self._end - self._start - HEADER_SIZE
         frame[:got] = self._view[self._start + HEADER_SIZE:self._end]
         self._start = self._end = 0
@@ -434,10 +501,12 @@ class UrpcConnection(asyncio.BufferedProtocol):
         header = self._waiting_header
         if self._closed or header is None:
             return True
-        if not self.server.reserve(header.frame_len):
+        frame = self.server.pool.take(header.frame_len)
+        if not self.server.reserve(len(frame)):
+            self.server.pool.give(frame)
             return False
         self._waiting_header = None
-        self._begin_frame(header)
+        self._begin_frame(header, frame)
         self._unpause("budget")
         return True
 
@@ -675,14 +744,23 @@ class UrpcConnection(asyncio.BufferedProtocol):
                 self._write(parts, n)
 
     # ------------------------------------------------------------- requests
-    def _dispatch(self, header: FrameHeader, region: memoryview, reserved: int) -> None:
+    def _dispatch(self, header: FrameHeader, region: memoryview, reserved: int,
+                  buf: bytearray | None = None) -> None:
+        """Decode a whole frame and start its request. Nothing of the request refers to ``region``
+        afterwards (a send's payloads are copied out), so its buffer is reusable on return: ``buf``
+        (a pooled receive buffer) goes back to the pool; ``reserved`` stays taken until served."""
         self._frames += 1
         self._last_active = time.monotonic()
         try:
             request = decode_request(header.type, region, header.msg_len)
+            if isinstance(request, SendShuffleData):
+                request = request._replace(partitions=detach_partitions(request.partitions))
         except ProtocolError as e:
             self.server.release(reserved)
             request_id = peek_request_id(region, header.msg_len)
+            del region
+            if buf is not None:
+                self.server.pool.give(buf)
             self.server.warn("undecodable", "{} from {} does not decode: {}", _type_name(header.type), self.peer, e)
             self.server.metrics.rpc_total.labels(_RPC_NAMES.get(header.type, "urpc:unknown"),
                                                  StatusCode.INVALID_REQUEST.name).inc()
@@ -692,6 +770,9 @@ class UrpcConnection(asyncio.BufferedProtocol):
                 self._write([self._error_reply(header.type, request_id, StatusCode.INVALID_REQUEST,
                                                f"undecodable {_type_name(header.type)}: {e}")])
             return
+        del region
+        if buf is not None:
+            self.server.pool.give(buf)
         task = asyncio.get_running_loop().create_task(self._serve(header.type, request, reserved))
         self.tasks.add(task)
         task.add_done_callback(self._task_done)
@@ -752,9 +833,8 @@ class UrpcConnection(asyncio.BufferedProtocol):
         svc = self.service
         rid = request.request_id
         if isinstance(request, SendShuffleData):
-            # blocks kept in memory must not pin the whole frame: see detach_partitions
-            await svc.send_data(request.app_id, request.shuffle_id, request.require_buffer_id,
-                                detach_partitions(request.partitions))
+            # the payloads were copied out of the frame at decoding (_dispatch, detach_partitions)
+            await svc.send_data(request.app_id, request.shuffle_id, request.require_buffer_id, request.partitions)
             return [encode_rpc_response(rid, StatusCode.SUCCESS, "")]
         if isinstance(request, GetMemoryShuffleData):
             blocks = await svc.get_memory_data(request.app_id, request.shuffle_id, request.partition_id,

@@ -32,7 +32,7 @@ from riffle_actors.actors.app import (
 from riffle_actors.actors.memory import GetBudget, MemoryManagerActor
 from riffle_actors.actors.spill import SpillCompleted, SpillJob
 from riffle_actors.errors import HugePartitionBackpressureError, NoRegisterError
-from riffle_actors.records import Block
+from riffle_actors.records import Block, BlockBatch
 from riffle_actors.runtime import Actor, ActorDeadError, ActorRef, ActorSystem, ManualClock, Terminated
 from riffle_actors.state.budget import MemoryBudget
 from riffle_actors.state.buffer import BLOCK_OVERHEAD_BYTES as OVH
@@ -83,7 +83,7 @@ class Rig:
     def append_msg(self, partitions: dict[int, list[Block]], shuffle_id: int, size: int) -> AppendBlocks:
         memory = self.system.get("memory")
         assert memory is not None
-        parts = tuple((p, tuple(b)) for p, b in partitions.items())
+        parts = tuple(BlockBatch.of(p, b) for p, b in partitions.items())
         return AppendBlocks(shuffle_id=shuffle_id, partitions=parts, ticket_size=size,
                             ticket=SendTicket(memory, APP, size))
 

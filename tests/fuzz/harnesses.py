@@ -587,8 +587,8 @@ def _urpc_seeds() -> list[bytes]:
 
 def _plain_request(req):  # type: ignore[no-untyped-def]
     if isinstance(req, urpc.SendShuffleData):
-        return req._replace(partitions=tuple((p, tuple(b._replace(data=bytes(b.data)) for b in bl))
-                                             for p, bl in req.partitions))
+        return req._replace(partitions=tuple((p.partition_id, tuple(b._replace(data=bytes(b.data)) for b in p.blocks()))
+                                             for p in req.partitions))
     return req
 
 
@@ -637,9 +637,12 @@ def fuzz_urpc_frame(data: bytes) -> None:
         if isinstance(req, urpc.GetSortedShuffleData):
             continue
         if isinstance(req, urpc.SendShuffleData):
-            total = sum(len(b.data) for _, bl in req.partitions for b in bl)
+            total = sum(len(d) for p in req.partitions for d in p.datas)
+            _check(total == sum(p.data_bytes for p in req.partitions), "data_bytes disagrees with the payloads")
             _check(total <= header.msg_len, "block payloads exceed the message")
-            _check(all(isinstance(b.data, memoryview) for _, bl in req.partitions for b in bl), "a block was copied")
+            _check(all(isinstance(d, memoryview) for p in req.partitions for d in p.datas), "a block was copied")
+            _check(all(len(p.datas) == len(p.block_ids) == len(p.lengths) == len(p.uncompress_lengths)
+                       == len(p.crcs) == len(p.task_ids) for p in req.partitions), "columns of unequal length")
         if isinstance(req, urpc.GetLocalShuffleData) and (req.next_segments or header.type == 25):
             req = req._replace(next_segments=(), task_attempt_id=-1)
         again = _reencode(req)

@@ -331,6 +331,29 @@ async def test_undecodable_request_is_answered_invalid_request_and_the_connectio
     await purge_and_check_clean(userver, uclient)
 
 
+async def test_large_frames_reuse_pooled_receive_buffers_and_every_block_reads_back_intact(
+        userver: ShuffleServer, uclient: UrpcClient) -> None:
+    # 7 blocks of 30 KB per send: every frame (~210 KB) is larger than the connection's 64 KiB buffer,
+    # so it is received into a pooled buffer; one-partition and three-partition frames alternate
+    u = userver._urpc
+    await uclient.register_shuffle(APP, 0, range(3))
+    blocks = [b for p in range(3) for b in make_blocks(p, 1, 14, 30_000)]
+    one = [blocks[i:i + 7] for i in range(0, 42, 7)]  # each of one partition
+    mixed = [[b for p in range(3) for b in make_blocks(p, 2, 3, 30_000, seq_start=10 * k)] for k in range(4)]
+    for group in one + mixed:
+        await uclient.send_blocks(APP, 0, group)
+        assert u.inflight_bytes + u.pool.idle_bytes <= u.max_inflight_bytes
+    assert u.pool.reused >= 8 and u.pool.allocated <= 2  # one buffer, reused (two if a send overlapped)
+    await poll_until(lambda: u.inflight_bytes == 0, message="budget not released")
+    written = blocks + [b for g in mixed for b in g]
+    await uclient.report(APP, 0, 1, blocks)
+    await uclient.report(APP, 0, 2, [b for g in mixed for b in g])
+    ids = await uclient.get_shuffle_result(APP, 0, range(3))
+    for p in range(3):  # byte-exact: a reused buffer overwrote nothing a partition still holds
+        assert_read_matches(await uclient.read_partition(APP, 0, p, ids), [b for b in written if b.partition_id == p])
+    await purge_and_check_clean(userver, uclient)
+
+
 async def test_oversized_frame_is_answered_and_skipped_without_being_buffered(server_factory) -> None:
     srv = await server_factory(**URPC, grpc_max_message_size="1M")
     conn = await conn_to(srv)

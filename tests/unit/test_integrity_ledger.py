@@ -11,7 +11,7 @@ from riffle_actors.actors.scrub import _chunks
 from riffle_actors.io.localfile import list_partitions
 from riffle_actors.protocol.crc import CRC_IMPL, block_crc, check_indexed, crc32, find_bad_block
 from riffle_actors.protocol.index import IndexEntry
-from riffle_actors.records import Block
+from riffle_actors.records import Block, BlockBatch
 from riffle_actors.state.integrity import CorruptBlock, IntegrityLedger
 
 # java.util.zip.CRC32 of "123456789" (the standard CRC-32 check value; CRC-32C's would be 0xE3069283)
@@ -32,16 +32,16 @@ def blk(bid: int, data: bytes, crc: int | None = None) -> Block:
 
 def test_find_bad_block_names_the_first_mismatch() -> None:
     good = [blk(1, b"a" * 100), blk(2, b"b" * 100)]
-    assert find_bad_block([(0, good), (1, [blk(3, b"c")])]) is None
+    assert find_bad_block([BlockBatch.of(0, good), BlockBatch.of(1, [blk(3, b"c")])]) is None
     bad = blk(4, b"d" * 10, crc=zlib.crc32(b"e" * 10))
-    found = find_bad_block([(0, good), (7, [blk(3, b"c"), bad, blk(5, b"x", crc=0)])])
+    found = find_bad_block([BlockBatch.of(0, good), BlockBatch.of(7, [blk(3, b"c"), bad, blk(5, b"x", crc=0)])])
     assert found is not None and (found.partition_id, found.block_id) == (7, 4)
     assert (found.expected, found.actual) == (zlib.crc32(b"e" * 10), zlib.crc32(b"d" * 10))
     # a crc outside 32 bits never matches (the client sends the unsigned value)
-    assert find_bad_block([(0, [blk(6, b"z", crc=zlib.crc32(b"z") | 1 << 32)])]).block_id == 6
+    assert find_bad_block([BlockBatch.of(0, [blk(6, b"z", crc=zlib.crc32(b"z") | 1 << 32)])]).block_id == 6
     # memoryview data (urpc frames)
     mv = memoryview(b"hello world")
-    assert find_bad_block([(0, [Block(8, 11, 11, zlib.crc32(b"hello world"), 1, mv)])]) is None
+    assert find_bad_block([BlockBatch.of(0, [Block(8, 11, 11, zlib.crc32(b"hello world"), 1, mv)])]) is None
 
 
 def entries_of(blocks: list[bytes], start: int = 0) -> list[IndexEntry]:

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from riffle_actors.protocol import urpc
 from riffle_actors.protocol.errors import ProtocolError
-from riffle_actors.records import Block
+from riffle_actors.records import Block, BlockBatch
 
 T = urpc.MessageType
 
@@ -87,31 +87,36 @@ def test_hand_built_send_decodes_with_blocks_as_slices_of_the_frame() -> None:
     req = urpc.decode_request(h.type, view, h.msg_len)
     assert (req.request_id, req.app_id, req.shuffle_id, req.require_buffer_id, req.timestamp) == (
         77, "app_1", 2, 5, 1_700_000_000_000)
-    (pid, blocks), = req.partitions
-    assert pid == 9
+    (batch,) = req.partitions
+    pid, blocks = batch.partition_id, list(batch.blocks())
+    assert pid == 9 and batch.data_bytes == 5
     assert [(b.block_id, b.length, b.uncompress_length, b.crc, b.task_attempt_id, bytes(b.data)) for b in blocks] == [
         (1001, 5, 10, 0xFFFFFFFF, 4242, b"hello"), (1002, 0, 0, 0xFFFFFFFF, 4242, b"")]
     assert isinstance(blocks[0].data, memoryview) and blocks[0].data.obj is body  # zero copy
 
 
-def test_detach_partitions_gives_each_partition_its_own_buffer_and_keeps_one_partition_zero_copy() -> None:
+def test_detach_partitions_gives_each_partition_a_buffer_of_its_own_so_the_frame_can_be_reused() -> None:
     frame = bytearray(b"aaaaBBBBBBcc")
-    view = memoryview(frame)
 
-    def block(block_id: int, start: int, end: int) -> Block:
-        return Block(block_id, end - start, end - start, 0, 7, view[start:end])
+    def batch(pid: int, *spans: tuple[int, int, int]) -> BlockBatch:
+        return BlockBatch.of(pid, [Block(bid, end - start, end - start, 0, 7, memoryview(frame)[start:end])
+                                   for bid, start, end in spans])
 
-    one = ((3, (block(1, 0, 4),)),)
-    assert urpc.detach_partitions(one) is one  # one partition: the frame is its buffer, no copy
-    two = ((3, (block(1, 0, 4), block(2, 10, 12))), (4, (block(3, 4, 10),)))
+    one = (batch(3, (1, 0, 4)),)
+    (alone,) = urpc.detach_partitions(one)
+    assert alone.datas[0].obj is not frame  # even one partition is copied: the receive buffer is reused
+    two = (batch(3, (1, 0, 4), (2, 10, 12)), batch(4, (3, 4, 10)))
     detached = urpc.detach_partitions(two)
-    assert [(pid, [(b.block_id, bytes(b.data)) for b in blocks]) for pid, blocks in detached] == [
+    assert [(p.partition_id, [(b.block_id, bytes(b.data)) for b in p.blocks()]) for p in detached] == [
         (3, [(1, b"aaaa"), (2, b"cc")]), (4, [(3, b"BBBBBB")])]
-    owners = [{id(b.data.obj) for b in blocks} for _, blocks in detached]
+    owners = [{id(d.obj) for d in p.datas} for p in detached]
     assert all(len(o) == 1 for o in owners) and owners[0] != owners[1]  # one buffer per partition
-    assert all(b.data.obj is not frame for _, blocks in detached for b in blocks)  # the frame is not pinned
+    assert [len(p.datas[0].obj) for p in detached] == [6, 6]  # each exactly its payload bytes
+    assert all(d.obj is not frame for p in detached for d in p.datas)  # the frame is not pinned
+    del one, two
+    frame.append(0)  # no export of the frame is left (a bytearray with exports cannot be resized)
     frame[:] = b"x" * len(frame)  # the frame's memory may be reused: the blocks keep their bytes
-    assert bytes(detached[1][1][0].data) == b"BBBBBB"
+    assert bytes(detached[1].datas[0]) == b"BBBBBB" and bytes(alone.datas[0]) == b"aaaa"
 
 
 def test_our_send_encoder_matches_the_hand_built_layout_and_message_size() -> None:
@@ -184,8 +189,9 @@ def roundtrip(frame: bytes):
 
 def plain(req):
     if isinstance(req, urpc.SendShuffleData):
-        return req._replace(partitions=tuple((p, tuple(b._replace(data=bytes(b.data)) for b in bl))
-                                             for p, bl in req.partitions))
+        return req._replace(partitions=tuple((p.partition_id, tuple(b._replace(data=bytes(b.data))
+                                                                    for b in p.blocks()))
+                                             for p in req.partitions))
     return req
 
 
