@@ -79,6 +79,7 @@ from riffle_actors.admin import AdminService, HealthRules, ServerIdentity
 from riffle_actors.config import ConfigError, ServerConfig, apply_riffle_keys, load_config, riffle_key_notes
 from riffle_actors.credentials import AdminCredentialError, AdminCredentials
 from riffle_actors.decommission import Lifecycle
+from riffle_actors.host import HostLaunch, serve_host
 from riffle_actors.io.data_lock import DataPathLocks, lock_data_paths
 from riffle_actors.io.hdfs import HdfsIO
 from riffle_actors.io.local import LocalIO, RealLocalIO
@@ -113,6 +114,13 @@ from riffle_actors.transport.http_server import start_http_server
 from riffle_actors.transport.reply_budget import ReplyBudget
 from riffle_actors.transport.server_internal import ShuffleServerInternalServicer
 from riffle_actors.transport.urpc_server import UrpcServer
+from riffle_actors.workers import (
+    ENV_WORKER_INDEX,
+    ENV_WORKER_NUMBER,
+    WorkerLayoutError,
+    check_layout,
+    worker_config,
+)
 
 #: How long a graceful stop waits for the coordinators to take the "stopping" heartbeat.
 ANNOUNCE_TIMEOUT_S = 2.0
@@ -566,12 +574,12 @@ class ShuffleServer:
             try:
                 await asyncio.wait_for(self.app_manager.ask(FlushAllApps()), timeout=grace)
                 logger.info("flushed memory to disk before exit")
-            except (asyncio.TimeoutError, Exception) as e:  # noqa: BLE001 - shutdown goes on regardless
+            except (TimeoutError, Exception) as e:  # noqa: BLE001 - shutdown goes on regardless
                 logger.warning("could not flush everything within {}s: {!r}", grace, e)
         if self.meta_log is not None:  # the segment records of the last spills
             try:
                 await asyncio.wait_for(self.meta_log.drain(), timeout=max(grace, 1.0))
-            except (asyncio.TimeoutError, Exception) as e:  # noqa: BLE001 - shutdown goes on regardless
+            except (TimeoutError, Exception) as e:  # noqa: BLE001 - shutdown goes on regardless
                 logger.warning("metadata records not all written: {!r}", e)
         if self._http is not None:
             await self._http.cleanup()
@@ -593,7 +601,9 @@ class ShuffleServer:
             self._locks = None
 
 
-async def serve(cfg: ServerConfig, stop_event: asyncio.Event, ports) -> int:
+async def serve(cfg: ServerConfig | HostLaunch, stop_event: asyncio.Event, ports) -> int:
+    if isinstance(cfg, HostLaunch):  # runtime_config.worker_number > 1: the parent of the workers
+        return await serve_host(cfg, stop_event, ports)
     tune_malloc()  # the daemon only: tests run many servers in one process and keep glibc's defaults
     launch = LaunchEnv.read()  # checked by _load_checked already
     for note in launch.notes():
@@ -621,10 +631,24 @@ async def serve(cfg: ServerConfig, stop_event: asyncio.Event, ports) -> int:
     return 0
 
 
-def _load_checked(path: str) -> ServerConfig:
+def _load_checked(path: str) -> ServerConfig | HostLaunch:
     """``load_config`` plus the ``[admin]`` credentials and Riffle's launch variables (``LaunchEnv``),
-    so an unusable one stops the start (exit 2)."""
+    so an unusable one stops the start (exit 2). With ``runtime_config.worker_number`` > 1: a
+    ``HostLaunch`` (this process is the parent), or, in a worker the parent started
+    (``RIFFLE_WORKER_INDEX`` set), that worker's share of the config (``riffle_actors.workers``)."""
     cfg = load_config(path)
+    try:
+        check_layout(cfg)
+    except WorkerLayoutError as e:
+        raise ConfigError(path, [(e.key, str(e))]) from None
+    n = cfg.runtime_config.worker_number
+    index = os.environ.get(ENV_WORKER_INDEX)
+    if index is not None:
+        if not index.isdigit() or int(index) >= n or os.environ.get(ENV_WORKER_NUMBER) != str(n):
+            why = (f"this worker ({ENV_WORKER_INDEX}={index}, {ENV_WORKER_NUMBER}={os.environ.get(ENV_WORKER_NUMBER)}) "
+                   f"does not fit worker_number = {n}: the file changed under a running host; restart the host")
+            raise ConfigError(path, [("runtime_config.worker_number", why)])
+        cfg = worker_config(cfg, int(index))
     try:
         AdminCredentials.resolve(cfg.admin)
     except AdminCredentialError as e:
@@ -633,6 +657,8 @@ def _load_checked(path: str) -> ServerConfig:
         LaunchEnv.read()
     except ValueError as e:
         raise ConfigError(path, e.args[0]) from None
+    if n > 1 and index is None:
+        return HostLaunch(cfg, path)
     return cfg
 
 
