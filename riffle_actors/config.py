@@ -703,6 +703,8 @@ class RuntimeConfig(StrictModel):
     """``[runtime_config]`` (Riffle's thread pools): each one sets or caps the pool of ours that does that work.
 
     Unset keys leave our own settings alone (Riffle's defaults are in docs/riffle-compat.md).
+    ``worker_number`` is ours (Riffle's one process has a thread pool per job instead): the
+    processes of this host, see ``riffle_actors.workers`` and docs/workers.md.
     """
 
     read_thread_num: int | None = Field(

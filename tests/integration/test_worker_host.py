@@ -218,8 +218,11 @@ HEALTH_RSS_LIMIT = '[health_service_config]\nmemory_allocated_threshold = "2M"'
 def test_the_host_health_is_unhealthy_when_a_worker_is(daemons: Daemons, tmp_path: Path) -> None:
     _, ports = daemons.start("riffle_actors.server", "host",
                              host_config(tmp_path, workers=2, extra=HEALTH_RSS_LIMIT))
-    health = wait_for(lambda: (lambda r: json.loads(r[1]) if r[0] == 503 else None)(get(ports["http_port"], "/health")),
-                      30, "an unhealthy host")
+    def unhealthy() -> dict | None:
+        status, body = get(ports["http_port"], "/health")
+        return json.loads(body) if status == 503 else None
+
+    health = wait_for(unhealthy, 30, "an unhealthy host")
     assert health["status"] == "UNHEALTHY", health
     assert [w["status"] for w in health["workers"]] == ["UNHEALTHY", "UNHEALTHY"]
     assert any(r.startswith("worker 0: ") for r in health["reasons"]), health
