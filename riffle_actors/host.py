@@ -28,8 +28,9 @@ and registered with the coordinator as a server of its own. The parent serves no
 - **HTTP** on ``http_port``: ``/metrics`` is every worker's page with a ``worker="<k>"`` label on
   each sample (``workers.merge_metrics``) plus the host's own ``riffle_host_*`` families;
   ``/health`` is 200 when every worker is up and answers 200, else 503 with each worker's
-  status and reasons; ``/workers`` lists the workers (index, pid, ports, restarts, up).
-  Everything else of a server (``/apps``, ``/admin``...) is on each worker's own HTTP port.
+  status and reasons; ``/workers`` lists the workers (index, pid, ports, restarts, up);
+  ``/apps`` is every worker's app list, each entry with its ``worker``. Everything else of a
+  server (``/admin``, ``/apps/history``, ``/debug``...) is on each worker's own HTTP port.
 
 See also: ``riffle_actors.workers``, ``riffle_actors.server.serve``, ``docs/workers.md``.
 """
@@ -321,10 +322,24 @@ class WorkerHost:
         async def listing(_request: web.Request) -> web.Response:
             return web.json_response([w.to_json() for w in self.workers])
 
+        async def apps(request: web.Request) -> web.Response:
+            fmt = request.query.get("format", "Json").lower()
+            if fmt != "json":
+                return web.json_response({"error": f"format {fmt[:20]!r}: the host lists apps as Json only; "
+                                                   f"each worker's HTTP port (/workers) has Html"}, status=400)
+            got = await asyncio.gather(*(self._page(w, "/apps") for w in self.workers))
+            out = []
+            for w, r in zip(self.workers, got):
+                if r is not None and r[0] == 200:
+                    with contextlib.suppress(ValueError, TypeError):
+                        out += [{**a, "worker": w.index} for a in json.loads(r[1])]
+            return web.json_response(out)
+
         app = web.Application()
         app.router.add_get("/metrics", metrics)
         app.router.add_get("/health", health)
         app.router.add_get("/workers", listing)
+        app.router.add_get("/apps", apps)
         return app
 
 

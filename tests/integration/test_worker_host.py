@@ -175,6 +175,8 @@ def test_a_two_worker_host_registers_restarts_a_killed_worker_and_stops_in_order
     assert reported == {b.block_id for b in blocks}
     assert list((tmp_path / "data" / ".worker-1").glob(f"{APP}/0/*")), "worker 1 spilled into its subdirectory"
     assert not list((tmp_path / "data" / ".worker-0").glob(f"{APP}*"))
+    apps = json.loads(get(ports["http_port"], "/apps")[1])
+    assert [(a["app_id"], a["worker"]) for a in apps] == [(APP, 1)]
     os.kill(ports["worker_1_pid"], signal.SIGKILL)
 
     def restarted() -> dict | None:
