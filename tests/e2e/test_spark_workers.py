@@ -15,7 +15,7 @@ from tests.helpers import parse_metrics
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3000)]
 
-JOBS = ["rdd_basic", "groupby_agg", "join", "many_partitions", "multistage_aqe_on"]
+JOBS = ["rdd_basic", "groupby_agg", "join", "sort", "multistage_aqe_on"]
 GROUP = "workers"
 
 
