@@ -178,7 +178,6 @@ class WorkerHost:
             code = await w.proc.wait()
             w.exits = (w.exits + [code])[-10:]
             if self._stopping:
-                logger.info("worker {} stopped (exit {})", w.index, code)
                 break
             if code == 0:
                 logger.info("worker {} stopped itself (exit 0: kill or decommission); not restarted", w.index)
@@ -196,8 +195,8 @@ class WorkerHost:
             try:
                 await self._spawn(w)
                 w.restarts += 1
-            except RuntimeError as e:  # it exited (or was killed) before listening: its wait() returns next
-                logger.error("worker {}: {}", w.index, e)
+            except (RuntimeError, OSError) as e:  # it exited (or was killed) before listening, or no process
+                logger.error("worker {}: {}", w.index, e)  # could start: its wait() returns next, and it is retried
         if all(x.done or x.proc is None or x.proc.returncode is not None for x in self.workers):
             self._all_done.set()
 
@@ -231,6 +230,10 @@ class WorkerHost:
 
     async def stop(self) -> None:
         self._stopping = True
+        for t in self._watchers:  # first: no restart from now on (a spawn under way is cut short)
+            t.cancel()
+        await asyncio.gather(*self._watchers, return_exceptions=True)
+        self._watchers = []
         live = [w for w in self.workers if w.proc is not None and w.proc.returncode is None]
         for w in live:
             with contextlib.suppress(ProcessLookupError):
@@ -246,9 +249,8 @@ class WorkerHost:
                         w.proc.kill()
             if pending:
                 await asyncio.wait(pending)
-        for t in self._watchers:
-            t.cancel()
-        await asyncio.gather(*self._watchers, return_exceptions=True)
+            for w in live:
+                logger.info("worker {} stopped (exit {})", w.index, w.proc.returncode)  # type: ignore[union-attr]
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
