@@ -763,10 +763,16 @@ class UrpcConfig(StrictModel):
                                      inert="TOKIO"))
 
 
+#: ``runtime_config.worker_number`` at most (worker processes of one riffle-server host)
+MAX_WORKER_NUMBER = 256
+
+
 class RuntimeConfig(StrictModel):
     """``[runtime_config]`` (Riffle's thread pools): each one sets or caps the pool of ours that does that work.
 
     Unset keys leave our own settings alone (Riffle's defaults are in docs/riffle-compat.md).
+    ``worker_number`` is ours (Riffle's one process has a thread pool per job instead): the
+    processes of this host, see ``riffle_actors.workers`` and docs/workers.md.
     """
 
     read_thread_num: int | None = Field(
@@ -798,6 +804,11 @@ class RuntimeConfig(StrictModel):
         json_schema_extra=riffle_key(RiffleKind.NO_EFFECT, "spills are dispatched by one actor on the event loop; "
                                                             "their concurrency is hybrid_store."
                                                             "memory_spill_max_concurrency"))
+    worker_number: int = Field(
+        1, ge=1, le=MAX_WORKER_NUMBER,
+        description="ours, not Riffle's: shuffle server processes on this host (one core each); above 1 a "
+                    "parent process runs them, each with memory_store.capacity / N, its own subdirectory "
+                    "<data path>/.worker-<k> and ports grpc_port + k, urpc_port + k (docs/workers.md)")
     read_ahead_thread_number: int | None = Field(
         None, ge=1, description="Riffle's read-ahead threads (all disks)",
         json_schema_extra=riffle_key(RiffleKind.MAPPED, "sets localfile_store.disk_read_ahead_threads to this / "

@@ -81,6 +81,7 @@ from riffle_actors.admin import AdminService, HealthRules, ServerIdentity
 from riffle_actors.config import ConfigError, ServerConfig, apply_riffle_keys, load_config, riffle_key_notes
 from riffle_actors.credentials import AdminCredentialError, AdminCredentials
 from riffle_actors.decommission import Lifecycle
+from riffle_actors.host import HostLaunch, serve_host
 from riffle_actors.io.app_history import AppHistory, open_app_history
 from riffle_actors.io.data_lock import DataPathLocks, lock_data_paths
 from riffle_actors.io.hdfs import HdfsIO, KerberosLogin, precheck
@@ -124,6 +125,13 @@ from riffle_actors.transport.http_server import start_http_server
 from riffle_actors.transport.reply_budget import ReplyBudget
 from riffle_actors.transport.server_internal import ShuffleServerInternalServicer
 from riffle_actors.transport.urpc_server import UrpcServer
+from riffle_actors.workers import (
+    ENV_WORKER_INDEX,
+    ENV_WORKER_NUMBER,
+    WorkerLayoutError,
+    check_layout,
+    worker_config,
+)
 
 if TYPE_CHECKING:
     import grpc
@@ -755,7 +763,9 @@ class ShuffleServer:
             self._locks = None
 
 
-async def serve(cfg: ServerConfig, stop_event: asyncio.Event, ports) -> int:
+async def serve(cfg: ServerConfig | HostLaunch, stop_event: asyncio.Event, ports) -> int:
+    if isinstance(cfg, HostLaunch):  # runtime_config.worker_number > 1: the parent of the workers
+        return await serve_host(cfg, stop_event, ports)
     tune_malloc()  # the daemon only: tests run many servers in one process and keep glibc's defaults
     launch = LaunchEnv.read()  # checked by _load_checked already
     for note in launch.notes():
@@ -788,11 +798,25 @@ async def serve(cfg: ServerConfig, stop_event: asyncio.Event, ports) -> int:
 _LOADED_FROM: dict[str, str] = {}
 
 
-def _load_checked(path: str) -> ServerConfig:
+def _load_checked(path: str) -> ServerConfig | HostLaunch:
     """``load_config`` plus the ``[admin]`` credentials and Riffle's launch variables (``LaunchEnv``),
-    so an unusable one stops the start (exit 2)."""
+    so an unusable one stops the start (exit 2). With ``runtime_config.worker_number`` > 1: a
+    ``HostLaunch`` (this process is the parent), or, in a worker the parent started
+    (``RIFFLE_WORKER_INDEX`` set), that worker's share of the config (``riffle_actors.workers``)."""
     _LOADED_FROM.setdefault("path", os.path.abspath(path))
     cfg = load_config(path)
+    try:
+        check_layout(cfg)
+    except WorkerLayoutError as e:
+        raise ConfigError(path, [(e.key, str(e))]) from None
+    n = cfg.runtime_config.worker_number
+    index = os.environ.get(ENV_WORKER_INDEX)
+    if index is not None:
+        if not index.isdigit() or int(index) >= n or os.environ.get(ENV_WORKER_NUMBER) != str(n):
+            why = (f"this worker ({ENV_WORKER_INDEX}={index}, {ENV_WORKER_NUMBER}={os.environ.get(ENV_WORKER_NUMBER)}) "
+                   f"does not fit worker_number = {n}: the file changed under a running host; restart the host")
+            raise ConfigError(path, [("runtime_config.worker_number", why)])
+        cfg = worker_config(cfg, int(index))
     try:
         AdminCredentials.resolve(cfg.admin)
     except AdminCredentialError as e:
@@ -805,6 +829,8 @@ def _load_checked(path: str) -> ServerConfig:
         kerberos_login(cfg)
     except ValueError as e:
         raise ConfigError(path, [("hdfs_store.kerberos_security_config", str(e))]) from None
+    if n > 1 and index is None:
+        return HostLaunch(cfg, path)
     return cfg
 
 

@@ -317,6 +317,21 @@ def run_client(index: int, port: int, urpc_port: int, args: dict, go_write, go_r
     uvloop.run(main())
 
 
+def tree_cpu_us(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of a process and every process below it (a multi-worker host)."""
+    import psutil
+
+    proc = psutil.Process(pid)
+    user, system = cpu_us(pid)
+    for child in proc.children(recursive=True):
+        try:
+            t = child.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        user, system = user + t.user, system + t.system
+    return user, system
+
+
 def cpu_s(pid: int) -> float:
     return sum(cpu_us(pid))
 
@@ -329,30 +344,38 @@ def cpu_us(pid: int) -> tuple[float, float]:
     return t.user, t.system
 
 
-def run_clients(label: str, server_pid: int, port: int, urpc_port: int, args: dict) -> dict:
-    """N client processes; phases start together so the server's CPU time is measured per phase."""
+def run_clients(label: str, server_pid: int, port: int, urpc_port: int, args: dict,
+                targets: list[tuple[int, int]] | None = None) -> dict:
+    """N client processes; phases start together so the server's CPU time is measured per phase.
+
+    ``targets``: (grpc port, urpc port) of each worker of a multi-worker host; client ``i`` writes to
+    worker ``i % len(targets)``, and the server's CPU is that of the parent and all its workers."""
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     go_write, go_read = ctx.Event(), ctx.Event()
     n = args["clients"]
-    procs = [ctx.Process(target=run_client, args=(i, port, urpc_port, args, go_write, go_read, q))
+    targets = targets or [(port, urpc_port)]
+    measure = tree_cpu_us if len(targets) > 1 or args.get("tree_cpu") else cpu_us
+    procs = [ctx.Process(target=run_client, args=(i, *targets[i % len(targets)], args, go_write, go_read, q))
              for i in range(n)]
     for p in procs:
         p.start()
     try:
         time.sleep(1.0)  # let the clients import and connect (not a test: a benchmark's settle time)
-        c0 = cpu_us(server_pid)
+        c0 = measure(server_pid)
+        k0 = sum(sum(cpu_us(p.pid)) for p in procs)
         go_write.set()
         written = [q.get(timeout=3600) for _ in range(n)]
-        c1 = cpu_us(server_pid)
+        c1 = measure(server_pid)
+        k1 = sum(sum(cpu_us(p.pid)) for p in procs)
         out = {"name": label, "write_bytes": sum(w[2]["write_bytes"] for w in written),
                "write_s": max(w[2]["write_end"] for w in written) - min(w[2]["write_start"] for w in written),
                "send_lat": [x for w in written for x in w[2]["send_lat"]],
-               "write_cpu_s": sum(c1) - sum(c0), "write_sys_s": c1[1] - c0[1]}
+               "write_cpu_s": sum(c1) - sum(c0), "write_sys_s": c1[1] - c0[1], "client_write_cpu_s": k1 - k0}
         if args["read_back"]:
             go_read.set()
             reads = [q.get(timeout=3600) for _ in range(n)]
-            c2 = cpu_us(server_pid)
+            c2 = measure(server_pid)
             out.update({"read_bytes": sum(r[2]["read_bytes"] for r in reads),
                         "read_s": max(r[2]["read_end"] for r in reads) - min(r[2]["read_start"] for r in reads),
                         "read_lat": [x for r in reads for x in r[2]["read_lat"]],
@@ -380,7 +403,9 @@ def parse_variant(text: str) -> tuple[str, dict[str, dict[str, str]]]:
 
 
 def start_server(work: Path, name: str, capacity: str, transport: str, env_extra: dict,
-                 overrides: dict[str, dict[str, str]] | None = None, repo: Path = REPO) -> tuple:
+                 overrides: dict[str, dict[str, str]] | None = None, repo: Path = REPO, workers: int = 0) -> tuple:
+    """The server process (of checkout ``repo``), its gRPC and urpc ports, and with ``workers``
+    (``runtime_config.worker_number``) the (gRPC, urpc) ports of each worker as a fourth element."""
     data_dir = work / f"data-{name}"
     cfg = work / f"{name}.toml"
     sections: dict[str, dict[str, str]] = {
@@ -389,6 +414,8 @@ def start_server(work: Path, name: str, capacity: str, transport: str, env_extra
         "localfile_store": {"data_paths": f'["{data_dir}"]'},
         "log": {"path": f'"{work / (name + ".log")}"', "level": '"WARNING"'},
     }
+    if workers:
+        sections["runtime_config"] = {"worker_number": str(workers)}
     for section, values in (overrides or {}).items():
         sections.setdefault(section, {}).update(values)
     text = "".join(f"{k} = {v}\n" for k, v in sections.pop("").items())
@@ -399,13 +426,19 @@ def start_server(work: Path, name: str, capacity: str, transport: str, env_extra
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")]), **env_extra}
     server = subprocess.Popen([sys.executable, "-m", "riffle_actors.server", "--config", str(cfg),
                                "--port-file", str(port_file)], cwd=repo, env=env)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 30 + 30 * workers
     while not port_file.exists():
         if server.poll() is not None or time.monotonic() > deadline:
             server.kill()
             raise SystemExit(f"server did not start; log: {work / (name + '.log')}")
         time.sleep(0.05)
     ports = json.loads(port_file.read_text())
+    if workers:
+        if workers == 1:
+            targets = [(ports["grpc_port"], ports.get("urpc_port", 0))]
+        else:
+            targets = [(ports[f"worker_{k}_grpc_port"], ports.get(f"worker_{k}_urpc_port", 0)) for k in range(workers)]
+        return server, ports["grpc_port"], ports.get("urpc_port", 0), targets
     return server, ports["grpc_port"], ports.get("urpc_port", 0)
 
 
@@ -421,6 +454,58 @@ def stop(proc) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(10)
+
+
+def scaling(opts: argparse.Namespace) -> int:
+    """``--workers 1 2``: the same workload against hosts of N workers, interleaved over ``--rounds``;
+    prints aggregate write MB/s, server and client CPU s/GB per N, medians over the rounds, and the
+    ratios against N = 1 (or the first N given) of the same run."""
+    env_extra = dict(kv.split("=", 1) for kv in opts.server_env)
+    base_args = {"total_mib": opts.total_mib, "partitions": opts.partitions, "senders": opts.senders,
+                 "request_bytes": opts.request_kib * 1024, "clients": opts.clients, "read_back": True,
+                 "tree_cpu": True}
+    work = Path(tempfile.mkdtemp(prefix="riffle-bench-"))
+    results: dict[tuple[str, int], list[dict]] = {}
+    ok = True
+    try:
+        print(f"N-worker scaling: {opts.total_mib} MiB, {opts.partitions} partitions, {opts.request_kib} KiB per "
+              f"send, {opts.clients} client processes x {opts.senders} senders, host memory {opts.capacity}, "
+              f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}", flush=True)
+        for rnd in range(opts.rounds):
+            for transport in opts.transport:
+                for n in opts.workers:
+                    name = f"host-{transport}-{n}-{rnd}"
+                    server, _, _, targets = start_server(work, name, opts.capacity, transport, env_extra, workers=n)
+                    try:
+                        r = run_clients(f"{n} worker(s) {transport}", server.pid, 0, 0, base_args,
+                                        targets=[(g, u if transport == "urpc" else 0) for g, u in targets])
+                    finally:
+                        stop(server)
+                    ok = ok and r["bad"] == 0
+                    results.setdefault((transport, n), []).append(r)
+                    shutil.rmtree(work / f"data-{name}", ignore_errors=True)
+                    print(f"  done: {n} worker(s) {transport}, round {rnd + 1} (load {os.getloadavg()[0]:.2f}): "
+                          f"{r['write_bytes'] / MIB / r['write_s']:.1f} MB/s", flush=True)
+
+        def med(values: list[float]) -> float:
+            return sorted(values)[len(values) // 2]
+
+        print(f"{'transport':9} {'workers':>7} {'write MB/s':>10} {'x N=first':>9} {'CPU s/GB':>8} "
+              f"{'client CPU s/GB':>15} {'read MB/s':>9} {'bad':>4}")
+        for transport in opts.transport:
+            first = None
+            for n in opts.workers:
+                rs = results[(transport, n)]
+                mbps = med([r["write_bytes"] / MIB / r["write_s"] for r in rs])
+                cpu = med([r["write_cpu_s"] / (r["write_bytes"] / GB) for r in rs])
+                client = med([r["client_write_cpu_s"] / (r["write_bytes"] / GB) for r in rs])
+                read = med([r["read_bytes"] / MIB / r["read_s"] for r in rs])
+                first = first or mbps
+                print(f"{transport:9} {n:7d} {mbps:10.1f} {mbps / first:9.2f} {cpu:8.2f} {client:15.2f} {read:9.1f} "
+                      f"{sum(r['bad'] for r in rs):4d}")
+        return 0 if ok else 1
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def main() -> int:
@@ -441,7 +526,13 @@ def main() -> int:
     ap.add_argument("--base-repo", type=Path, default=None,
                     help="another checkout (e.g. the main branch): each variant also runs with its riffle-server, "
                          "interleaved, labelled [base], and the ratios this/base are printed")
+    ap.add_argument("--workers", type=int, nargs="+", default=None, metavar="N",
+                    help="the N-worker scaling curve instead of the variants: one host per N "
+                         "(runtime_config.worker_number = N, memory --capacity in all), clients spread over its "
+                         "workers; server CPU is the parent's and its workers', client CPU is printed too")
     opts = ap.parse_args()
+    if opts.workers:
+        return scaling(opts)
     variants = [(n, o, REPO) for n, o in ([parse_variant(v) for v in opts.variant] or [("", {})])]
     if opts.base_repo is not None:
         variants = [v for n, o, r in variants for v in ((n, o, r), (n + " [base]" if n else "[base]", o,

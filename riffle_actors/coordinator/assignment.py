@@ -19,7 +19,9 @@ the cost of an assignment does not grow with ``partition_num`` (the gRPC adapter
 ranges in slices). The request's bounds (``max_partitions_per_assignment``, ``max_data_replica``)
 are checked by the service before it gets here. The host strategy decides
 whether replicas of one range may share an IP: ``prefer_diff`` avoids it when it can,
-``must_diff`` fails the request when it cannot, ``none`` ignores hosts.
+``must_diff`` fails the request when it cannot, ``none`` ignores hosts. A host is an IP: the
+workers of a multi-worker riffle-server (one IP, several ports) are one host, and with a host
+strategy the chosen servers are walked host by host, so each of them takes partitions.
 
 It does not cover: filtering candidates (status, tags, exclusion: ``cluster.py``) or the
 protobuf conversion (``transport.coordinator_grpc``). Failures raise ``AssignmentError`` whose message is sent
@@ -166,6 +168,20 @@ def _pick_servers(ranked: list[Candidate], n: int, replica: int, host_strategy: 
     return [c for c in ranked if c.id in chosen]  # keep the ranking order
 
 
+def _interleave_hosts(chosen: list[Candidate]) -> list[Candidate]:
+    """``chosen`` reordered host by host (the best of each host, then the second of each...), each
+    host's servers kept in ranking order: walked round robin ``replica`` at a time, consecutive
+    servers are on different hosts, so the workers of one host (a multi-worker riffle-server:
+    one IP, several ports) all take partitions instead of the walk skipping past them."""
+    by_host: dict[str, list[Candidate]] = {}
+    for c in chosen:
+        by_host.setdefault(c.host, []).append(c)
+    out: list[Candidate] = []
+    for i in range(max((len(v) for v in by_host.values()), default=0)):
+        out.extend(v[i] for v in by_host.values() if i < len(v))
+    return out
+
+
 def _replicas_for(chosen: list[Candidate], cursor: int, replica: int, host_strategy: HostStrategy) -> list[Candidate]:
     """``replica`` distinct servers for one range, walking ``chosen`` round robin from ``cursor``."""
     n = len(chosen)
@@ -235,6 +251,8 @@ def assign(
         ranked = _rank_partition_balance(candidates)
         next_cursor = cursor
     chosen = _pick_servers(ranked, n, request.replica, host_strategy)
+    if host_strategy is not HostStrategy.NONE and request.replica > 1:
+        chosen = _interleave_hosts(chosen)
 
     # Range i starts its round robin at (i * replica) % n: the replica lists repeat with this period,
     # so at most n of them are computed, whatever the number of partitions.

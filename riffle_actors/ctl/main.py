@@ -80,7 +80,7 @@ def _parser() -> argparse.ArgumentParser:
                                                                "inspection (Riffle's riffle-ctl command shapes).")
     sub = p.add_subparsers(dest="command", required=True)
 
-    q = sub.add_parser("query", help="SQL over the tables instances, active_apps, historical_apps")
+    q = sub.add_parser("query", help="SQL over the tables instances, hosts, active_apps, historical_apps")
     _coordinator_arg(q, f"coordinator HTTP URL, host:port or a cluster id of 'config init' "
                         f"(default: ${ENV_COORDINATOR}, else http://127.0.0.1:21001)")
     q.add_argument("--sql", "-s", required=True)
@@ -184,7 +184,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _fetcher(coord: Coordinator):
-    sources = {"instances": coord.servers, "active_apps": coord.apps, "historical_apps": coord.historical_apps}
+    sources = {"instances": coord.servers, "hosts": lambda: tables.host_rows(coord.servers()),
+               "active_apps": coord.apps, "historical_apps": coord.historical_apps}
     return lambda table: sources[table]()
 
 

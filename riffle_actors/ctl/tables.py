@@ -3,6 +3,7 @@
 | table | from | one row per |
 |---|---|---|
 | ``instances`` | ``GET /api/servers`` | registered shuffle server |
+| ``hosts`` | ``GET /api/servers``, grouped by IP | host (its worker servers together) |
 | ``active_apps`` | ``GET /api/apps`` | live application |
 | ``historical_apps`` | ``GET /api/historical_apps`` | expired application (newest first) |
 
@@ -95,10 +96,45 @@ APP_COLUMNS: dict[str, tuple[str, Getter]] = {
 
 HISTORICAL_COLUMNS: dict[str, tuple[str, Getter]] = {**APP_COLUMNS, "expired_ms": ("BIGINT", _key("expired_ms"))}
 
+HOST_COLUMNS: dict[str, tuple[str, Getter]] = {
+    "ip": ("VARCHAR", _key("ip")),
+    "workers": ("INTEGER", _key("workers")),
+    "servers": ("VARCHAR", _joined("servers")),
+    "grpc_ports": ("VARCHAR", lambda row: ",".join(str(p) for p in row.get("grpc_ports") or ())),
+    "active": ("INTEGER", _key("active")),
+    "healthy": ("INTEGER", _key("healthy")),
+    "used_memory": ("BIGINT", _key("used_memory")),
+    "available_memory": ("BIGINT", _key("available_memory")),
+    "app_count": ("INTEGER", _key("app_count")),
+    "assigned_partitions": ("BIGINT", _key("assigned_partitions")),
+}
+
+
+def host_rows(servers: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``GET /api/servers`` grouped by IP: one row per host, whatever number of worker servers it runs
+    (``runtime_config.worker_number``), its servers ordered by gRPC port."""
+    hosts: dict[str, list[dict[str, Any]]] = {}
+    for s in servers:
+        hosts.setdefault(s.get("ip") or "", []).append(s)
+    rows = []
+    for ip in sorted(hosts):
+        group = sorted(hosts[ip], key=lambda s: s.get("grpc_port") or 0)
+        rows.append({
+            "ip": ip, "workers": len(group), "servers": [s.get("id") for s in group],
+            "grpc_ports": [s.get("grpc_port") for s in group],
+            "active": sum(1 for s in group if s.get("status") == "ACTIVE"),
+            "healthy": sum(1 for s in group if s.get("is_healthy")),
+            **{k: sum(s.get(k) or 0 for s in group)
+               for k in ("used_memory", "available_memory", "app_count", "assigned_partitions")},
+        })
+    return rows
+
+
 COLUMNS: dict[str, dict[str, tuple[str, Getter]]] = {
     "instances": INSTANCE_COLUMNS,
     "active_apps": APP_COLUMNS,
     "historical_apps": HISTORICAL_COLUMNS,
+    "hosts": HOST_COLUMNS,
 }
 
 

@@ -77,6 +77,9 @@ async def test_status_page_shows_the_cluster(browser: Browser, cluster: RealClus
     await poll_until(both_servers_shown, timeout=30, interval=0.1)
     text = await browser.evaluate("document.querySelector('#servers').innerText")
     assert "ACTIVE" in text and "UNHEALTHY" in text and "MiB" in text and "NORMAL" in text
+    # grouped by host: both servers run on 127.0.0.1, under one host row (docs/workers.md)
+    assert await rows("servers", "data-host") == ["127.0.0.1"]
+    assert "host 127.0.0.1: 2 servers" in text
     assert await browser.evaluate("document.location.pathname") == "/ui/"
     assert "application_1764547200000_0001" in await rows("history", "data-app-id")
 

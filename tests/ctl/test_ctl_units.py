@@ -334,3 +334,19 @@ def test_server_start_refuses_an_unusable_admin_credential(tmp_path: Path) -> No
     cfg.write_text(f'[localfile_store]\ndata_paths = ["{tmp_path}"]\n[admin]\ntoken_file = "{token_file}"\n')
     with pytest.raises(ConfigError, match="token_file"):
         _load_checked(str(cfg))
+
+
+def test_the_hosts_table_groups_the_workers_of_a_host() -> None:
+    servers = [
+        {"id": "10.0.0.2-19999", "ip": "10.0.0.2", "grpc_port": 19999, "status": "ACTIVE", "is_healthy": True,
+         "used_memory": 5, "available_memory": 10, "app_count": 1, "assigned_partitions": 3},
+        {"id": "10.0.0.1-20000", "ip": "10.0.0.1", "grpc_port": 20000, "status": "DECOMMISSIONED",
+         "is_healthy": True, "used_memory": 1, "available_memory": 2, "app_count": 0, "assigned_partitions": 0},
+        {"id": "10.0.0.1-19999", "ip": "10.0.0.1", "grpc_port": 19999, "status": "ACTIVE", "is_healthy": False,
+         "used_memory": 3, "available_memory": 4, "app_count": 2, "assigned_partitions": 7},
+    ]
+    _, rows = tables.run_query(
+        "select ip, workers, servers, grpc_ports, active, healthy, used_memory, available_memory, app_count, "
+        "assigned_partitions from hosts order by ip", lambda t: tables.host_rows(servers))
+    assert rows == [("10.0.0.1", 2, "10.0.0.1-19999,10.0.0.1-20000", "19999,20000", 1, 1, 4, 6, 2, 7),
+                    ("10.0.0.2", 1, "10.0.0.2-19999", "19999", 1, 1, 5, 10, 1, 3)]

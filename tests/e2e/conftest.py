@@ -41,6 +41,9 @@ LOG4J = E2E_DIR / "log4j2.properties"
 
 SERVER_MEMORY = os.environ.get("RIFFLE_E2E_SERVER_MEMORY", "64M")
 NUM_SERVERS = 2
+# worker processes per riffle-server host (runtime_config.worker_number, docs/workers.md): with 2, the
+# NUM_SERVERS servers of a cluster are the workers of one host (each with SERVER_MEMORY)
+SERVER_WORKERS = int(os.environ.get("RIFFLE_E2E_SERVER_WORKERS", "1"))
 KEEP = os.environ.get("RIFFLE_E2E_KEEP") == "1"
 TIME_SCALE = float(os.environ.get("RIFFLE_E2E_TIME_SCALE", "1"))
 RSS_MANAGER = "org.apache.spark.shuffle.RssShuffleManager"
@@ -49,7 +52,8 @@ CLIENT_TYPE = os.environ.get("RIFFLE_E2E_CLIENT_TYPE", "GRPC")
 # the system property io.netty.noUnsafe as the shaded client jar reads it (checked with javap)
 SHADED_NETTY_NO_UNSAFE = "org.apache.uniffle.shaded.io.netty.noUnsafe"
 # run mode -> spark.rss.client.type ("vanilla" is Spark's own sort shuffle)
-CLIENT_TYPES = {"rss": CLIENT_TYPE, "rss_netty": "GRPC_NETTY", "rss_hdfs": CLIENT_TYPE}
+CLIENT_TYPES = {"rss": CLIENT_TYPE, "rss_netty": "GRPC_NETTY", "rss_hdfs": CLIENT_TYPE,
+                "rss_workers": CLIENT_TYPE}  # rss_workers: tests/e2e/test_spark_workers.py, a 2-worker host
 # the HDFS tier (tests/e2e/test_spark_hdfs.py): servers with store_type MEMORY_LOCALFILE_HDFS on which a
 # partition is huge after 2 MiB and a huge partition's batches above 256 KiB go to HDFS
 HDFS_SERVER_SECTIONS = {
@@ -244,6 +248,7 @@ class Cluster:
     coordinator: Daemon
     servers: list[Daemon] = field(default_factory=list)
     memory_capacity: int = 0
+    registered_servers: int = 0  # servers the coordinator must list: the workers of every host
 
     @property
     def quorum(self) -> str:
@@ -280,13 +285,14 @@ class Cluster:
                 active = self.active_servers()
                 last = active
                 blob = json.dumps(active)
-                if len(active) >= len(self.servers) and all(str(s.grpc_port) in blob for s in self.servers):
+                wanted = self.registered_servers or len(self.servers)
+                if len(active) >= wanted and all(str(s.grpc_port) in blob for s in self.servers):
                     return
             except Exception as e:  # noqa: BLE001 - not up yet
                 last = repr(e)
             time.sleep(0.25)
         raise RuntimeError(
-            f"coordinator did not list {len(self.servers)} ACTIVE servers within {timeout:.0f} s; "
+            f"coordinator did not list {self.registered_servers or len(self.servers)} ACTIVE servers within {timeout:.0f} s; "
             f"last /api/servers: {last}\n{self.tails()}"
         )
 
@@ -320,9 +326,10 @@ level = "INFO"
 
 
 def _server_toml(d: Daemon, quorum: str, data_dir: Path, hdfs_remote: str = "",
-                 sections: dict[str, str] | None = None) -> str:
+                 sections: dict[str, str] | None = None, workers: int = 1) -> str:
     """``hdfs_remote``: the HDFS tier on, with that base allowed (the coordinator hands clients the same path).
-    ``sections``: more lines for ``[hybrid_store]`` / ``[app_config]`` (section name -> TOML lines)."""
+    ``sections``: more lines for ``[hybrid_store]`` / ``[app_config]`` (section name -> TOML lines).
+    ``workers``: a host of that many worker servers, each with ``SERVER_MEMORY``."""
     extra = dict(HDFS_SERVER_SECTIONS if hdfs_remote else {})
     for name, lines in (sections or {}).items():
         extra[name] = extra.get(name, "") + lines
@@ -336,8 +343,11 @@ coordinator_quorum = [{toml_str(quorum)}]
 heartbeat_interval_seconds = 1
 
 [memory_store]
-capacity = {toml_str(SERVER_MEMORY)}
+capacity = {parse_size(SERVER_MEMORY) * workers}
 buffer_ticket_timeout_sec = 30
+
+[runtime_config]
+worker_number = {workers}
 
 [localfile_store]
 data_paths = [{toml_str(str(data_dir))}]
@@ -368,20 +378,24 @@ def _daemon(root: Path, name: str, module: str) -> Daemon:
     )
 
 
-def start_cluster(root: Path, hdfs_remote: str = "", server_sections: dict[str, str] | None = None) -> Cluster:
+def start_cluster(root: Path, hdfs_remote: str = "", server_sections: dict[str, str] | None = None,
+                  workers: int = SERVER_WORKERS) -> Cluster:
     """``hdfs_remote``: the HDFS tier on (servers MEMORY_LOCALFILE_HDFS, the coordinator's remote storage);
-    ``server_sections``: more ``[hybrid_store]`` / ``[app_config]`` lines for every server."""
+    ``server_sections``: more ``[hybrid_store]`` / ``[app_config]`` lines for every server.
+    ``workers`` > 1: the ``NUM_SERVERS`` servers are the workers of ``NUM_SERVERS / workers`` hosts."""
     coord = _daemon(root, "coordinator", "riffle_actors.coordinator")
     coord.config.write_text(_coordinator_toml(coord, hdfs_remote))
-    cluster = Cluster(root=root, coordinator=coord, memory_capacity=parse_size(SERVER_MEMORY))
+    hosts = -(-NUM_SERVERS // workers)
+    cluster = Cluster(root=root, coordinator=coord, memory_capacity=parse_size(SERVER_MEMORY),
+                      registered_servers=hosts * workers)
     try:
         coord.start()
-        for i in range(NUM_SERVERS):
+        for i in range(hosts):
             s = _daemon(root, f"server{i + 1}", "riffle_actors.server")
             data = s.workdir / "d1"
             data.mkdir()
             s.config.write_text(_server_toml(s, cluster.quorum, data, hdfs_remote=hdfs_remote,
-                                             sections=server_sections))
+                                             sections=server_sections, workers=workers))
             cluster.servers.append(s)
             s.start()
         cluster.wait_servers_active()
@@ -490,7 +504,7 @@ def rss_conf(jar: Path, cluster: Cluster, client_type: str = CLIENT_TYPE) -> dic
 
 
 # group → (wall-clock limit of the whole application, per-job cancel limit), seconds
-GROUP_LIMITS = {"core": (900, 240), "spill": (600, 420), "hdfs": (600, 300), "split": (600, 300), "tpcds": (900, 180), "tpcds_all": (2400, 180)}
+GROUP_LIMITS = {"core": (900, 240), "workers": (900, 240), "spill": (600, 420), "hdfs": (600, 300), "split": (600, 300), "tpcds": (900, 180), "tpcds_all": (2400, 180)}
 
 
 @dataclass
@@ -815,6 +829,7 @@ def e2e():
         metric_delta=metric_delta,
         metric_names=metric_names,
         http_json=http_json,
+        http_get=http_get,
         server_memory=parse_size(SERVER_MEMORY),
         num_servers=NUM_SERVERS,
         tail=tail,

@@ -302,3 +302,19 @@ def test_grpc_netty_apps_are_assigned_only_to_servers_with_a_netty_port(reg: Clu
     # a GRPC app may use both: the netty server advertises GRPC too
     _, beats = reg.assign(AssignmentRequest(partition_num=4), require_tags={"ss_v5", "GRPC"})
     assert set(beats) == {"10.0.0.1-19999", "10.0.0.2-19999-21100"}
+
+
+def test_workers_of_one_host_count_as_one_host_for_replicas(clock: ManualClock) -> None:
+    """A multi-worker riffle-server host (runtime_config.worker_number) registers one server per worker:
+    one IP, several ports. Replicas of a partition go to different IPs, never to two workers of a host."""
+    reg = ClusterRegistry(clock=clock, heartbeat_timeout_s=30)
+    for ip in ("10.0.0.1", "10.0.0.2"):
+        for port in (19999, 20000, 20001):  # three workers per host, and more free memory on host 1
+            reg.heartbeat(ServerHeartbeat(id=f"{ip}-{port}", ip=ip, grpc_port=port, tags=TAGS,
+                                          available_memory=(4 << 30) if ip == "10.0.0.1" else 1 << 30))
+    result, _ = reg.assign(AssignmentRequest(partition_num=12, replica=2))
+    assert len(result.ranges) == 12
+    for r in result.ranges:
+        assert len({sid.rsplit("-", 1)[0] for sid in r.server_ids}) == 2, r
+    # every worker of both hosts takes partitions
+    assert len(result.partitions_per_server) == 6

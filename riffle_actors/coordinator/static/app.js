@@ -76,6 +76,27 @@ function integrity(s) {
     `${corrupt} / ${s.repaired_blocks || 0}`);
 }
 
+// the servers grouped by host (IP): a multi-worker riffle-server host registers one server per
+// worker (one IP, several ports); a host row says how many and their memory together
+function hostRows(servers, appsOn) {
+  const hosts = new Map();
+  for (const s of [...servers].sort((a, b) => (a.ip < b.ip ? -1 : a.ip > b.ip ? 1 : a.grpc_port - b.grpc_port))) {
+    if (!hosts.has(s.ip)) hosts.set(s.ip, []);
+    hosts.get(s.ip).push(s);
+  }
+  const rows = [];
+  for (const [ip, group] of hosts) {
+    const used = group.reduce((n, s) => n + s.used_memory, 0);
+    const total = group.reduce((n, s) => n + s.used_memory + s.available_memory, 0);
+    const active = group.filter((s) => s.status === "ACTIVE").length;
+    rows.push(el("tr", { class: "host", "data-host": ip },
+      el("td", { colspan: 10 }, `host ${ip}: ${group.length} server${group.length === 1 ? "" : "s"}, `
+        + `${active} active, memory ${bytes(used)} / ${bytes(total)}`)));
+    for (const s of group) rows.push(serverRow(s, appsOn));
+  }
+  return rows;
+}
+
 function appRow(a, historical) {
   return el("tr", { "data-app-id": a.app_id },
     el("td", {}, a.app_id), el("td", {}, a.user),
@@ -113,7 +134,7 @@ async function refresh() {
     document.getElementById("history-count").textContent = `(${history.length})`;
     const appsOn = {};
     for (const a of apps) for (const id of a.servers) appsOn[id] = (appsOn[id] || 0) + 1;
-    fill("servers", servers.map((s) => serverRow(s, appsOn)), "no server registered", 10);
+    fill("servers", hostRows(servers, appsOn), "no server registered", 10);
     fill("apps", apps.map((a) => appRow(a, false)), "no live application", 7);
     fill("history", history.map((a) => appRow(a, true)), "no expired application", 7);
     document.getElementById("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
