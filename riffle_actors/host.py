@@ -53,7 +53,7 @@ from aiohttp import web
 from loguru import logger
 
 from riffle_actors.config import LogConfig, ServerConfig
-from riffle_actors.io.data_lock import lock_data_paths
+from riffle_actors.io.data_lock import DataPathLocks, lock_data_paths
 from riffle_actors.transport.listen import start_tcp_site
 from riffle_actors.workers import ENV_WORKER_INDEX, ENV_WORKER_NUMBER, merge_metrics
 
@@ -134,7 +134,7 @@ class WorkerHost:
         self.http_port = 0
         self._stopping = False
         self._tmp = tempfile.mkdtemp(prefix="riffle-host-")
-        self._locks = None
+        self._locks: DataPathLocks | None = None
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
         self._watchers: list[asyncio.Task] = []

@@ -774,7 +774,7 @@ async def serve(cfg: ServerConfig | HostLaunch, stop_event: asyncio.Event, ports
     if threads is not None:  # Riffle's default runtime ~ the loop's default executor (the daemon only)
         asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(threads, thread_name_prefix="default"))
     server = ShuffleServer(cfg, worker_ip=launch.worker_ip, config_path=_LOADED_FROM.get("path"),
-                           load_config_fn=_load_checked)
+                           load_config_fn=_reload_config)
     server.request_stop = stop_event.set  # an operator's kill takes the SIGTERM path
     try:
         await server.start()
@@ -831,6 +831,15 @@ def _load_checked(path: str) -> ServerConfig | HostLaunch:
         raise ConfigError(path, [("hdfs_store.kerberos_security_config", str(e))]) from None
     if n > 1 and index is None:
         return HostLaunch(cfg, path)
+    return cfg
+
+
+def _reload_config(path: str) -> ServerConfig:
+    """``conf_reload_enable``'s reader: ``_load_checked`` as this process (one server, or one worker of
+    a host) reads the file; a file that now asks for workers is refused (a restart changes that)."""
+    cfg = _load_checked(path)
+    if isinstance(cfg, HostLaunch):
+        raise ConfigError(path, [("runtime_config.worker_number", "changed under a running server: restart it")])
     return cfg
 
 
