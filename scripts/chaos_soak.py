@@ -474,8 +474,8 @@ class SparkApps:
         conf = base_conf(run_dir / "spark-local")
         (run_dir / "spark-local").mkdir(parents=True)
         (run_dir / "events").mkdir()
-        # local[2,4]: a failed task is tried 4 times (plain local[N] gives up on the first failure)
-        conf.update({"spark.master": "local[2,4]", "spark.eventLog.enabled": "true",
+        # local[2,8]: a failed task is tried 8 times (plain local[N] gives up on the first failure)
+        conf.update({"spark.master": "local[2,8]", "spark.eventLog.enabled": "true",
                      "spark.eventLog.dir": f"file://{run_dir / 'events'}", "spark.eventLog.compress": "false"})
         if not vanilla:
             from tests.e2e.conftest import rss_conf
@@ -488,8 +488,11 @@ class SparkApps:
                 "spark.rss.data.replica": "2", "spark.rss.data.replica.write": "2",
                 "spark.rss.data.replica.read": "1",
                 "spark.rss.client.assignment.shuffle.nodes.max": str(len(self.cluster.servers)),
+                # closer to the production retries than the e2e suite's fail-fast ones: a restart of a
+                # server (a few seconds down) is within the send retries
                 "spark.rss.client.assignment.retry.times": "3",
-                "spark.rss.client.retry.max": "10",
+                "spark.rss.client.retry.max": "30",
+                "spark.rss.client.retry.interval.max": "2000",
                 "spark.rss.client.send.check.timeout.ms": "120000",
             })
         return conf
@@ -581,6 +584,8 @@ class Soak:
         self.side: list[subprocess.Popen] = []  # memory-pressure clients
         self.oracle: dict[str, dict] = {}
         self.live_app_ids: set[str] = set()
+        self.oracle_app: App | None = None
+        self.to_compare: list[tuple[str, str, dict]] = []
 
     # --------------------------------------------------------------------- run
     def run(self) -> Report:
@@ -589,11 +594,11 @@ class Soak:
               f"replica 2 (write 2, read 1); schedule ({len(self.schedule)} faults):", flush=True)
         for line in rep.schedule:
             print(f"[soak]   {line}", flush=True)
-        oracle = self.spark.start(self.jobs, vanilla=True)
+        # the oracle runs while the soak starts; results are compared once it is done
+        self.oracle_app = self.spark.start(self.jobs, vanilla=True)
         self.cluster.start()
         print(f"[soak] cluster up: coordinators {self.cluster.quorum}; servers "
               f"{[s.grpc_port for s in self.cluster.servers]}", flush=True)
-        self.oracle_wait(oracle)
         t0 = time.monotonic()
         pending = list(self.schedule)
         rotation = 0
@@ -615,6 +620,8 @@ class Soak:
             time.sleep(0.2)
         for p in self.side:
             kill_group(p)
+        if self.oracle_app is not None:
+            self.oracle_wait(self.oracle_app)
         self.integrity()
         return rep
 
@@ -622,7 +629,9 @@ class Soak:
         try:
             app.proc.wait(max(1.0, app.deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            kill_group(app.proc)
+            pass
+        kill_group(app.proc)
+        self.oracle_app = None
         res = self.result(app)
         for name in self.jobs:
             j = res.get("jobs", {}).get(name, {})
@@ -635,6 +644,19 @@ class Soak:
             raise RuntimeError(f"the sort-shuffle oracle failed:\n{self.report.oracle_problem}"
                                f"{tail(app.run_dir / 'driver.log')}")
         print(f"[soak] oracle (sort shuffle) done: {len(self.oracle)} jobs", flush=True)
+        self.compare()
+
+    def compare(self) -> None:
+        """Each finished job against the oracle's result of the same job (once the oracle is done)."""
+        if not self.oracle:
+            return
+        for tag, name, j in self.to_compare:
+            bad = [k for k, v in j.get("checks", {}).items() if not v[0]]
+            want = self.oracle[name]
+            if bad or j.get("digest") != want["digest"] or j.get("rows") != want["rows"]:
+                self.report.results_differ.append(
+                    f"{tag}: checks {bad}, digest {j.get('digest')} vs {want['digest']}")
+        self.to_compare.clear()
 
     @staticmethod
     def result(app: App) -> dict:
@@ -644,6 +666,8 @@ class Soak:
             return {}
 
     def reap(self) -> None:
+        if self.oracle_app is not None and self.oracle_app.proc.poll() is not None:
+            self.oracle_wait(self.oracle_app)
         for app in list(self.apps):
             res = self.result(app)
             if res.get("app_id"):
@@ -664,10 +688,8 @@ class Soak:
                     why = (j or {}).get("error", f"no result (exit {app.proc.returncode})")
                     rep.jobs_failed.append(f"{tag}: {why.splitlines()[0] if why else '?'}")
                     continue
-                bad = [k for k, v in j.get("checks", {}).items() if not v[0]]
-                want = self.oracle[name]
-                if bad or j.get("digest") != want["digest"] or j.get("rows") != want["rows"]:
-                    rep.results_differ.append(f"{tag}: checks {bad}, digest {j.get('digest')} vs {want['digest']}")
+                self.to_compare.append((tag, name, j))
+            self.compare()
             rc = stage_recomputes(app.run_dir / "events")
             rep.stage_retries += rc["stage_retries"]
             rep.fetch_failed_tasks += rc["fetch_failed_tasks"]
@@ -684,12 +706,13 @@ class Soak:
         entry = {"at": round(now, 1), "planned": f.at, "kind": f.kind, "target": f.target}
         print(f"[soak] t+{now:6.1f}s fault {f.kind} on "
               f"{'coordinator' if f.kind.startswith('coordinator') else 'server'}{f.target + 1}", flush=True)
-        t = time.monotonic()
+        undo = time.monotonic()  # when the fault was undone (set again below): recovery counts from there
         try:
             if f.kind in ("server_sigkill", "server_sigterm"):
                 s = c.servers[f.target]
                 before = metrics(s.http)
                 entry["memory_used_at_stop"] = before.get("riffle_memory_used_bytes", 0)
+                at_risk = memory_of_reported_shuffles(s.http)
                 entry["live_apps"] = len(self.live_app_ids)
                 sig = signal.SIGKILL if f.kind == "server_sigkill" else signal.SIGTERM
                 s.signal(sig)
@@ -698,17 +721,22 @@ class Soak:
                     s.wait(10)
                 entry["exit"] = s.proc.returncode if s.proc else None
                 self.hold(f.hold)
+                undo = time.monotonic()
                 s.start()
                 after = metrics(s.http)
                 lost = after.get("riffle_recovery_lost_blocks_total", 0)
                 entry.update(recovered_apps=after.get("riffle_recovery_apps", 0), lost_blocks_reported=lost)
                 if sig == signal.SIGKILL:
-                    # what the killed server held only in memory is gone; a loss is reported when the restarted
-                    # server counts lost blocks, or when nothing was held (no loss to report)
+                    # Blocks the killed server held only in memory are gone. Those of shuffles whose writers had
+                    # reported block ids (at_risk) must come back as lost blocks of their app after the restart;
+                    # blocks never reported are unknown to any server (their writers' tasks fail or retry).
+                    lost_by_app = lost_blocks_by_app(s.http)
+                    unreported = sorted(a for a in at_risk if lost_by_app.get(a, 0) <= 0)
                     self.report.losses.append({"fault": f"{f.kind}@server{f.target + 1}",
                                                "memory_bytes_at_kill": entry["memory_used_at_stop"],
-                                               "lost_blocks_reported": lost,
-                                               "reported": entry["memory_used_at_stop"] == 0 or lost > 0})
+                                               "reported_shuffle_memory_at_kill": at_risk,
+                                               "lost_blocks_reported": lost, "lost_by_app": lost_by_app,
+                                               "apps_without_report": unreported, "reported": not unreported})
             elif f.kind == "disk_eio":
                 fd = c.fault_dirs[f.target]
                 times = rng.randint(2, 6)
@@ -717,26 +745,36 @@ class Soak:
                         json.dumps({"op": op, "errno": errno.EIO, "times": times}))
                 entry["times_per_op"] = times
                 self.hold(f.hold)
+                # armed until an operation hit it (the disk may be idle for a while), at most 30 s more
+                self.hold(30, until=lambda: bool(read_json(fd / "hits.json")))
+                undo = time.monotonic()
                 (fd / f"{time.time_ns()}-heal.cmd").write_text(json.dumps({"heal": True}))
-                with contextlib.suppress(OSError, ValueError):
-                    entry["hits"] = json.loads((fd / "hits.json").read_text())
+                self.hold(5, until=lambda: not list(fd.glob("*.cmd")))
+                entry["hits"] = read_json(fd / "hits.json")
             elif f.kind == "disk_readonly":
                 c.remount(c.data[f.target], "ro")
                 self.hold(f.hold)
+                undo = time.monotonic()
                 c.remount(c.data[f.target], "rw")
             elif f.kind == "disk_full":
                 filler = c.data[f.target] / ".chaos-filler"
                 fill(filler)
+                entry["free_bytes"] = shutil.disk_usage(c.data[f.target]).free
                 self.hold(f.hold)
+                undo = time.monotonic()
                 filler.unlink(missing_ok=True)
             elif f.kind == "bit_flip":
+                # wait (at most 30 s) for a spilled data file of a running application on the target
+                self.hold(30, until=lambda: bool(self.spilled_files(f.target)))
                 entry.update(self.flip(f.target, rng))
                 self.report.bit_flips.append({**entry})
+                undo = time.monotonic()
             elif f.kind == "coordinator_sigkill":
                 co = c.coords[f.target]
                 co.signal(signal.SIGKILL)
                 co.wait(10)
                 self.hold(f.hold)
+                undo = time.monotonic()
                 co.start()
             elif f.kind == "memory_pressure":
                 out = self.root / f"pressure-{len(self.report.fault_log)}.json"
@@ -752,11 +790,10 @@ class Soak:
                     p.wait(f.hold + 60)
                 except subprocess.TimeoutExpired:
                     kill_group(p)
-                with contextlib.suppress(OSError, ValueError):
-                    entry["pressure"] = json.loads(out.read_text())
-            rec = c.wait_healthy(180)
-            entry["recovery_s"] = round(time.monotonic() - t, 1)
-            entry["after_undo_s"] = round(rec, 1)
+                undo = time.monotonic()
+                entry["pressure"] = read_json(out)
+            c.wait_healthy(180)
+            entry["recovery_s"] = round(time.monotonic() - undo, 1)
         except Exception as e:  # noqa: BLE001 - a fault the soak could not inject/undo is a failed target
             entry["error"] = repr(e)
             self.report.errors.append(f"{f.kind}: {e!r}")
@@ -767,14 +804,15 @@ class Soak:
         print(f"[soak]          -> {json.dumps({k: v for k, v in entry.items() if k not in ('at', 'kind')})}",
               flush=True)
 
-    def hold(self, seconds: float) -> None:
+    def hold(self, seconds: float, until=None) -> None:
+        """Wait ``seconds`` (or until ``until()`` is true), reaping finished applications meanwhile."""
         end = time.monotonic() + seconds
-        while time.monotonic() < end:
+        while time.monotonic() < end and not (until and until()):
             self.reap()
             time.sleep(0.2)
 
-    def flip(self, server: int, rng: random.Random) -> dict:
-        """Flip one byte in each of up to 3 spilled data files of live apps on ``server`` (the largest first)."""
+    def spilled_files(self, server: int) -> list[tuple[int, str]]:
+        """(size, path) of the non-empty spilled data files of running applications on ``server``."""
         data = self.cluster.data[server]
         files = []
         for dirpath, _dirs, names in os.walk(data):
@@ -784,8 +822,14 @@ class Soak:
                 if n.startswith("partition-") and n.endswith(".data") and app and any(
                         app[0].startswith(a) for a in self.live_app_ids):
                     with contextlib.suppress(OSError):
-                        files.append((p.stat().st_size, str(p)))
-        files = sorted(f for f in files if f[0] > 0)[-3:]
+                        if p.stat().st_size > 0:
+                            files.append((p.stat().st_size, str(p)))
+        return sorted(files)
+
+    def flip(self, server: int, rng: random.Random) -> dict:
+        """Flip one bit in each of up to 3 spilled data files of running apps on ``server`` (the largest)."""
+        data = self.cluster.data[server]
+        files = self.spilled_files(server)[-3:]
         flipped = []
         for size, path in files:
             off = rng.randrange(size)
@@ -818,6 +862,36 @@ def integrity_accounting(server_metrics: list[dict[str, float]], flips: int) -> 
             "ok": detected >= flips}
 
 
+def server_apps(http: str) -> list[dict]:
+    try:
+        apps = json.loads(http_text(http + "/apps"))
+    except (OSError, ValueError):
+        return []
+    return apps if isinstance(apps, list) else []
+
+
+def memory_of_reported_shuffles(http: str) -> dict[str, int]:
+    """app -> bytes held in memory by its shuffles that have reported block ids (GET /apps)."""
+    out: dict[str, int] = {}
+    for app in server_apps(http):
+        held = sum(int(sh.get("memory_bytes", 0)) for sh in app.get("shuffles", {}).values()
+                   if sh.get("reported_block_ids", 0) > 0)
+        if held > 0:
+            out[app["app_id"]] = held
+    return out
+
+
+def lost_blocks_by_app(http: str) -> dict[str, int]:
+    return {a["app_id"]: int(a.get("lost_blocks", 0)) for a in server_apps(http)}
+
+
+def read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def fill(path: Path) -> None:
     chunk = b"\0" * (1 << 20)
     with open(path, "ab") as f:
@@ -848,6 +922,9 @@ def verdict(rep: Report) -> tuple[int, list[str]]:
            f"{sum(1 for x in rep.losses if not x['reported'])} unreported of {len(rep.losses)} kills")
     target("faults injected and undone", not rep.errors and sum(rep.faults.values()) > 0,
            f"{sum(rep.faults.values())} faults, {len(rep.errors)} errors")
+    flips = sum(len(b.get("flipped", [])) for b in rep.bit_flips)
+    if rep.faults.get("bit_flip"):
+        target("bit flips injected", flips > 0, f"{flips} bits flipped in {rep.faults['bit_flip']} bit_flip faults")
     integ = rep.integrity
     if not integ.get("measured"):
         target("bit flips detected, none served", None, integ.get("why", ""))
@@ -914,7 +991,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=lambda s: s.split(","), default=list(DEFAULT_JOBS),
                     help=f"e2e jobs in rotation, {JOBS_PER_APP} per application (default {','.join(DEFAULT_JOBS)})")
     ap.add_argument("--job-timeout", type=float, default=240.0, help="seconds a job may take (default 240)")
-    ap.add_argument("--server-memory", default="24M", help="each server's memory_store capacity (default 24M)")
+    ap.add_argument("--server-memory", default="8M",
+                    help="each server's memory_store capacity (default 8M: the jobs' shuffles spill)")
     ap.add_argument("--disk-size", default="256m", help="each server's tmpfs data path (default 256m)")
     ap.add_argument("--pressure-apps", type=int, default=40, help="apps per memory_pressure fault (default 40)")
     ap.add_argument("--workdir", help="keep everything here (default: a temp dir, removed at the end)")
