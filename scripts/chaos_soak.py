@@ -333,8 +333,9 @@ class Cluster:
             wd = root / f"coordinator{i + 1}"
             wd.mkdir(parents=True)
             cfg = wd / "coordinator.toml"
+            # heartbeat_timeout_sec 4: a SIGKILLed server is no longer assigned 4 s after its last heartbeat
             cfg.write_text(
-                f"grpc_port = {g}\nhttp_port = {h}\n[server]\nheartbeat_timeout_sec = 10\n"
+                f"grpc_port = {g}\nhttp_port = {h}\n[server]\nheartbeat_timeout_sec = 4\n"
                 '[client_conf]\n"rss.storage.type" = "MEMORY_LOCALFILE"\n'
                 f'[log]\npath = {json.dumps(str(wd / "coordinator.log"))}\nlevel = "INFO"\n')
             self.coords.append(Proc(f"coordinator{i + 1}", [sys.executable, "-m", "riffle_actors.coordinator",
@@ -361,6 +362,7 @@ buffer_ticket_timeout_sec = 30
 
 [localfile_store]
 data_paths = [{json.dumps(str(data))}]
+disk_healthy_check_interval_sec = 2
 disk_probe_timeout_sec = 2.0
 disk_probation_probes = 2
 disk_io_timeout_sec = 10.0
@@ -490,7 +492,10 @@ class SparkApps:
                 "spark.rss.client.assignment.shuffle.nodes.max": str(len(self.cluster.servers)),
                 # closer to the production retries than the e2e suite's fail-fast ones: a restart of a
                 # server (a few seconds down) is within the send retries
-                "spark.rss.client.assignment.retry.times": "3",
+                # a shuffle registered while an assigned server is down: ask the coordinator again (by then
+                # it dropped the dead server) for up to ~15 s
+                "spark.rss.client.assignment.retry.times": "5",
+                "spark.rss.client.assignment.retry.interval": "3000",
                 "spark.rss.client.retry.max": "30",
                 "spark.rss.client.retry.interval.max": "2000",
                 "spark.rss.client.send.check.timeout.ms": "120000",
@@ -605,7 +610,9 @@ class Soak:
         while True:
             now = time.monotonic() - t0
             self.reap()
-            if now < self.args.duration and not self.apps:
+            # applications keep coming until the duration is over and every scheduled fault was injected
+            # (on a slow machine faults slip: each waits for the cluster to recover from the one before)
+            if (now < self.args.duration or pending) and not self.apps:
                 jobs = [self.jobs[(rotation + k) % len(self.jobs)] for k in range(JOBS_PER_APP)]
                 rotation += JOBS_PER_APP
                 app = self.spark.start(jobs)
@@ -615,7 +622,7 @@ class Soak:
                 fault = pending.pop(0)
                 self.inject(fault, now)
                 continue
-            if now >= self.args.duration and not self.apps:
+            if now >= self.args.duration and not pending and not self.apps:
                 break
             time.sleep(0.2)
         for p in self.side:
@@ -740,7 +747,7 @@ class Soak:
             elif f.kind == "disk_eio":
                 fd = c.fault_dirs[f.target]
                 times = rng.randint(2, 6)
-                for op in ("append_batch", "read_data"):
+                for op in ("append_batch", "append_meta", "read_index", "read_data"):
                     (fd / f"{time.time_ns()}-{op}.cmd").write_text(
                         json.dumps({"op": op, "errno": errno.EIO, "times": times}))
                 entry["times_per_op"] = times
@@ -764,8 +771,8 @@ class Soak:
                 undo = time.monotonic()
                 filler.unlink(missing_ok=True)
             elif f.kind == "bit_flip":
-                # wait (at most 30 s) for a spilled data file of a running application on the target
-                self.hold(30, until=lambda: bool(self.spilled_files(f.target)))
+                # wait (at most 120 s) for a spilled data file of a running application on the target
+                self.hold(120, until=lambda: bool(self.spilled_files(f.target)))
                 entry.update(self.flip(f.target, rng))
                 self.report.bit_flips.append({**entry})
                 undo = time.monotonic()
