@@ -368,8 +368,8 @@ disk_probation_probes = 2
 disk_io_timeout_sec = 10.0
 
 [hybrid_store]
-memory_spill_high_watermark = 0.5
-memory_spill_low_watermark = 0.2
+memory_spill_high_watermark = 0.25
+memory_spill_low_watermark = 0.1
 memory_single_buffer_max_spill_size = "1M"
 
 [app_config]
@@ -998,8 +998,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=lambda s: s.split(","), default=list(DEFAULT_JOBS),
                     help=f"e2e jobs in rotation, {JOBS_PER_APP} per application (default {','.join(DEFAULT_JOBS)})")
     ap.add_argument("--job-timeout", type=float, default=240.0, help="seconds a job may take (default 240)")
-    ap.add_argument("--server-memory", default="8M",
-                    help="each server's memory_store capacity (default 8M: the jobs' shuffles spill)")
+    ap.add_argument("--server-memory", default="4M",
+                    help="each server's memory_store capacity (default 4M; spills start at a quarter of it, "
+                         "so the jobs' shuffles reach the disks)")
     ap.add_argument("--disk-size", default="256m", help="each server's tmpfs data path (default 256m)")
     ap.add_argument("--pressure-apps", type=int, default=40, help="apps per memory_pressure fault (default 40)")
     ap.add_argument("--workdir", help="keep everything here (default: a temp dir, removed at the end)")
