@@ -476,8 +476,9 @@ class SparkApps:
         conf = base_conf(run_dir / "spark-local")
         (run_dir / "spark-local").mkdir(parents=True)
         (run_dir / "events").mkdir()
-        # local[2,8]: a failed task is tried 8 times (plain local[N] gives up on the first failure)
-        conf.update({"spark.master": "local[2,8]", "spark.eventLog.enabled": "true",
+        # local[2,8]: a failed task is tried 8 times (plain local[N] gives up on the first failure); the
+        # Uniffle client refuses attempt numbers from spark.task.maxFailures on, so that is 8 as well
+        conf.update({"spark.master": "local[2,8]", "spark.task.maxFailures": "8", "spark.eventLog.enabled": "true",
                      "spark.eventLog.dir": f"file://{run_dir / 'events'}", "spark.eventLog.compress": "false"})
         if not vanilla:
             from tests.e2e.conftest import rss_conf
@@ -498,6 +499,7 @@ class SparkApps:
                 "spark.rss.client.assignment.retry.interval": "3000",
                 "spark.rss.client.retry.max": "30",
                 "spark.rss.client.retry.interval.max": "2000",
+                "spark.rss.client.rpc.maxAttempts": "10",
                 "spark.rss.client.send.check.timeout.ms": "120000",
             })
         return conf
@@ -900,14 +902,11 @@ def read_json(path: Path):
 
 
 def fill(path: Path) -> None:
+    """Write ``path`` until its file system is full (ENOSPC, also when it comes at close)."""
     chunk = b"\0" * (1 << 20)
-    with open(path, "ab") as f:
-        while True:
-            try:
-                f.write(chunk)
-                f.flush()
-            except OSError:
-                break
+    with contextlib.suppress(OSError), open(path, "ab", buffering=0) as f:
+        while f.write(chunk):
+            pass
 
 
 # ============================================================================ report
