@@ -753,25 +753,31 @@ class Soak:
                     (fd / f"{time.time_ns()}-{op}.cmd").write_text(
                         json.dumps({"op": op, "errno": errno.EIO, "times": times}))
                 entry["times_per_op"] = times
-                self.hold(f.hold)
-                # armed until an operation hit it (the disk may be idle for a while), at most 30 s more
-                self.hold(30, until=lambda: bool(read_json(fd / "hits.json")))
-                undo = time.monotonic()
-                (fd / f"{time.time_ns()}-heal.cmd").write_text(json.dumps({"heal": True}))
+                try:
+                    self.hold(f.hold)
+                    # armed until an operation hit it (the disk may be idle for a while), at most 30 s more
+                    self.hold(30, until=lambda: bool(read_json(fd / "hits.json")))
+                finally:
+                    undo = time.monotonic()
+                    (fd / f"{time.time_ns()}-heal.cmd").write_text(json.dumps({"heal": True}))
                 self.hold(5, until=lambda: not list(fd.glob("*.cmd")))
                 entry["hits"] = read_json(fd / "hits.json")
             elif f.kind == "disk_readonly":
-                c.remount(c.data[f.target], "ro")
-                self.hold(f.hold)
-                undo = time.monotonic()
-                c.remount(c.data[f.target], "rw")
+                try:
+                    c.remount(c.data[f.target], "ro")
+                    self.hold(f.hold)
+                finally:
+                    undo = time.monotonic()
+                    c.remount(c.data[f.target], "rw")
             elif f.kind == "disk_full":
                 filler = c.data[f.target] / ".chaos-filler"
-                fill(filler)
-                entry["free_bytes"] = shutil.disk_usage(c.data[f.target]).free
-                self.hold(f.hold)
-                undo = time.monotonic()
-                filler.unlink(missing_ok=True)
+                try:
+                    fill(filler)
+                    entry["free_bytes"] = shutil.disk_usage(c.data[f.target]).free
+                    self.hold(f.hold)
+                finally:  # undone even when something above failed
+                    undo = time.monotonic()
+                    filler.unlink(missing_ok=True)
             elif f.kind == "bit_flip":
                 # wait (at most 120 s) for a spilled data file of a running application on the target
                 self.hold(120, until=lambda: bool(self.spilled_files(f.target)))
@@ -1041,7 +1047,10 @@ def main(argv: list[str] | None = None) -> int:
         if a.json:
             Path(a.json).write_text(json.dumps({**rep.__dict__, "exit": code}, indent=1, default=str))
     except KeyboardInterrupt as e:
-        print(f"[soak] interrupted: {e}", file=sys.stderr)
+        print(f"[soak] interrupted: {e}; the figures so far:", file=sys.stderr)
+        if soak is not None:
+            with contextlib.suppress(Exception):
+                print_report(soak.report)
         code = 130
     except Exception as e:  # noqa: BLE001 - report, clean up, exit 1
         print(f"[soak] failed: {e!r}", file=sys.stderr)
