@@ -593,6 +593,7 @@ class Soak:
         self.live_app_ids: set[str] = set()
         self.oracle_app: App | None = None
         self.to_compare: list[tuple[str, str, dict]] = []
+        self.deferred: set[int] = set()  # salts of deferred bit flips (each is deferred once)
 
     # --------------------------------------------------------------------- run
     def run(self) -> Report:
@@ -622,7 +623,10 @@ class Soak:
                 print(f"[soak] t+{now:6.1f}s app{app.index:03d} starts: {', '.join(jobs)}", flush=True)
             if pending and now >= pending[0].at:
                 fault = pending.pop(0)
-                self.inject(fault, now)
+                if self.inject(fault, now) == "deferred":  # nothing to flip yet: once more, a gap later
+                    pending.append(Fault(round(now + self.args.fault_gap, 1), fault.kind, fault.target, fault.hold,
+                                         fault.salt + 1))
+                    pending.sort(key=lambda x: x.at)
                 continue
             if now >= self.args.duration and not pending and not self.apps:
                 break
@@ -709,7 +713,8 @@ class Soak:
                   flush=True)
 
     # --------------------------------------------------------------------- faults
-    def inject(self, f: Fault, now: float) -> None:
+    def inject(self, f: Fault, now: float) -> str | None:
+        """Inject ``f``, undo it, wait for the recovery; "deferred" when a first bit_flip found nothing to flip."""
         rng = random.Random(f.salt)
         c = self.cluster
         entry = {"at": round(now, 1), "planned": f.at, "kind": f.kind, "target": f.target}
@@ -779,11 +784,20 @@ class Soak:
                     undo = time.monotonic()
                     filler.unlink(missing_ok=True)
             elif f.kind == "bit_flip":
-                # wait (at most 120 s) for a spilled data file of a running application on the target
-                self.hold(120, until=lambda: bool(self.spilled_files(f.target)))
-                entry.update(self.flip(f.target, rng))
-                self.report.bit_flips.append({**entry})
+                # wait (at most 120 s) for a spilled data file of a running application on the target, or
+                # on another server when the target has none
+                servers = [f.target] + [i for i in range(len(c.servers)) if i != f.target]
+                self.hold(120, until=lambda: any(self.spilled_files(i) for i in servers))
+                server = next((i for i in servers if self.spilled_files(i)), f.target)
+                entry["server"] = server + 1
+                entry.update(self.flip(server, rng))
                 undo = time.monotonic()
+                if not entry["flipped"] and f.salt not in self.deferred:
+                    self.deferred.add(f.salt + 1)
+                    print(f"[soak]          -> no spilled file of a running app: bit_flip deferred by "
+                          f"{self.args.fault_gap:.0f} s", flush=True)
+                    return "deferred"
+                self.report.bit_flips.append({**entry})
             elif f.kind == "coordinator_sigkill":
                 co = c.coords[f.target]
                 co.signal(signal.SIGKILL)
