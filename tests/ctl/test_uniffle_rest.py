@@ -74,7 +74,10 @@ def test_nodes_shape_field_by_field(cluster: RealCluster, ready: dict[str, dict]
         assert node["timestamp"] == mine["last_heartbeat_ms"] and node["registrationTime"] == mine["registered_ms"]
         assert node["startTime"] == mine["start_time_ms"] > 0
         assert isinstance(node["version"], str) and isinstance(node["gitCommitId"], str)
-        assert node["displayMetrics"] == {} and isinstance(node["appIdToInfos"], dict)
+        # the server's block-integrity totals ride in its heartbeat's displayMetrics (docs/faults.md)
+        assert node["displayMetrics"] == {"corrupt_blocks": "0", "corrupt_reads_refused": "0",
+                                          "refused_blocks": "0", "repaired_blocks": "0"}
+        assert isinstance(node["appIdToInfos"], dict)
         assert set(node["storageInfo"]) == {d["mount_point"] for d in mine["disks"]}
         for mount, info in node["storageInfo"].items():
             assert set(info) == {"status", "type", "usedBytes"}  # StorageInfo's getters
