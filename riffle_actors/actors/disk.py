@@ -164,10 +164,7 @@ class DiskThrottle:
         """Charge ``n`` bytes of ``op`` ("read" or "write"), sleep the wait; the seconds slept."""
         if n <= 0:
             return 0.0
-        with self._lock:
-            wait = self.bucket.acquire(n, self._clock())
-        if self._on_charged is not None:
-            self._on_charged(op, n, wait)
+        wait = self.charge(op, n)
         if wait > 0:
             self._sleep(wait)
         return wait

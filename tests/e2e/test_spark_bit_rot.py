@@ -15,7 +15,6 @@ the second job's map stage with no completed task).
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -33,6 +32,7 @@ from tests.e2e.conftest import (
     tail,
 )
 from tests.e2e.test_restart_spark import _launch, _metric, _stop, _wait_phase
+from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
@@ -81,14 +81,7 @@ def _flip_every_data_file(data_dir: Path) -> int:
 
 
 def _wait(pred, timeout: float, what: str):
-    deadline = time.monotonic() + timeout * TIME_SCALE
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not within {timeout:.0f} s")
-        time.sleep(0.2)
+    return wait_for(pred, timeout=timeout * TIME_SCALE, what=what, interval=0.2)
 
 
 def test_a_rotten_replica_is_refused_and_the_job_reads_the_other_one(tmp_path: Path) -> None:
