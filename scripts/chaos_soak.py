@@ -79,6 +79,7 @@ EXIT_TARGET_FAILED, EXIT_PREREQ, EXIT_NOT_MEASURED = 1, 2, 3
 CORRUPT_BLOCKS_METRIC = "riffle_scrub_corrupt_blocks_total"
 CORRUPT_READS_REFUSED_METRIC = "riffle_server_corrupt_reads_refused_total"
 SCRUB_RATE, SCRUB_INTERVAL_SEC = "64M", 2.0
+DETECT_TIMEOUT_S = 30.0  # how long a bit_flip fault waits for the server's scrubber to find its flipped blocks
 
 
 # ============================================================================ the server entry point
@@ -793,6 +794,7 @@ class Soak:
                 self.hold(120, until=lambda: any(self.spilled_files(i) for i in servers))
                 server = next((i for i in servers if self.spilled_files(i)), f.target)
                 entry["server"] = server + 1
+                before = metrics(c.servers[server].http).get(CORRUPT_BLOCKS_METRIC, 0.0)
                 entry.update(self.flip(server, rng))
                 undo = time.monotonic()
                 if not entry["flipped"] and f.salt not in self.deferred:
@@ -800,6 +802,7 @@ class Soak:
                     print(f"[soak]          -> no spilled file of a running app: bit_flip deferred by "
                           f"{self.args.fault_gap:.0f} s", flush=True)
                     return "deferred"
+                entry.update(self.await_detection(server, before, entry["flipped"]))
                 self.report.bit_flips.append({**entry})
             elif f.kind == "coordinator_sigkill":
                 co = c.coords[f.target]
@@ -874,24 +877,45 @@ class Soak:
         return {"flipped": flipped, "candidates": len(files)}
 
     # --------------------------------------------------------------------- integrity accounting
+    def await_detection(self, server: int, before: float, flipped: list[dict]) -> dict:
+        """Wait (at most ``DETECT_TIMEOUT_S``) until the server's scrubbers count one corrupt block more than
+        ``before`` per flipped file (faults run one at a time: no restart resets the counter meanwhile). A
+        flipped file the server purged meanwhile (its app ended) can be served to nobody: not a miss."""
+        http, data = self.cluster.servers[server].http, self.cluster.data[server]
+        start = time.monotonic()
+        found = 0.0
+        while time.monotonic() - start < DETECT_TIMEOUT_S:
+            found = metrics(http).get(CORRUPT_BLOCKS_METRIC, before) - before
+            if found >= len(flipped):
+                return {"detected": len(flipped), "detect_s": round(time.monotonic() - start, 1)}
+            if not any((data / x["file"]).exists() for x in flipped):
+                return {"detected": int(max(found, 0)), "purged_unread": True}
+            time.sleep(0.5)  # a soak's polling period, not a test waiting on a condition
+        return {"detected": int(max(found, 0))}
+
     def integrity(self) -> None:
         self.report.integrity = integrity_accounting([metrics(s.http) for s in self.cluster.servers],
-                                                     sum(len(b.get("flipped", [])) for b in self.report.bit_flips))
+                                                     self.report.bit_flips)
 
 
-def integrity_accounting(server_metrics: list[dict[str, float]], flips: int) -> dict:
-    """Bit flips detected vs served, from the servers' own counters (CORRUPT_BLOCKS_METRIC and
-    CORRUPT_READS_REFUSED_METRIC). ``measured`` is False while no server exports the corrupt-block counter:
-    then nothing is known about detection and the target is not passed. A restarted server starts its
-    counters again, so this undercounts across restarts: detected >= flips is what counts."""
+def integrity_accounting(server_metrics: list[dict[str, float]], bit_flips: list[dict]) -> dict:
+    """Bit flips detected vs served: each bit_flip fault waited for its server's scrubber
+    (``await_detection``); ``missed`` counts flipped blocks neither found nor purged with their app.
+    ``measured`` is False while no server exports CORRUPT_BLOCKS_METRIC: then nothing is known about
+    detection and the target is not passed. Reads refused (CORRUPT_READS_REFUSED_METRIC) are summed over
+    the servers' current incarnations."""
     have = [m for m in server_metrics if CORRUPT_BLOCKS_METRIC in m]
+    flips = sum(len(b.get("flipped", [])) for b in bit_flips)
     if not have:
         return {"measured": False, "flips": flips,
                 "why": f"no server exports {CORRUPT_BLOCKS_METRIC} (block CRC checks not in this build)"}
-    detected = sum(m.get(CORRUPT_BLOCKS_METRIC, 0) for m in have)
+    faults = [b for b in bit_flips if b.get("flipped")]
+    detected = sum(b.get("detected", 0) for b in faults)
+    purged = sum(len(b["flipped"]) - b.get("detected", 0) for b in faults if b.get("purged_unread"))
+    missed = flips - detected - purged
     refused = sum(m.get(CORRUPT_READS_REFUSED_METRIC, 0) for m in have)
-    return {"measured": True, "flips": flips, "detected": detected, "reads_refused": refused,
-            "ok": detected >= flips}
+    return {"measured": True, "flips": flips, "detected": detected, "purged_before_scrub": purged,
+            "missed": missed, "reads_refused": refused, "ok": missed == 0}
 
 
 def server_apps(http: str) -> list[dict]:
@@ -959,7 +983,9 @@ def verdict(rep: Report) -> tuple[int, list[str]]:
         target("bit flips detected, none served", None, integ.get("why", ""))
     else:
         target("bit flips detected, none served", integ["ok"] and not rep.results_differ,
-               f"{integ['flips']} flipped, {integ['detected']:.0f} detected, {integ['reads_refused']:.0f} refused")
+               f"{integ['flips']} flipped, {integ['detected']} found by the scrubbers, "
+               f"{integ['purged_before_scrub']} purged with their app first, {integ['missed']} missed, "
+               f"{integ['reads_refused']:.0f} reads refused")
     return (EXIT_TARGET_FAILED if failed else EXIT_NOT_MEASURED if unmeasured else 0), lines
 
 
