@@ -105,6 +105,22 @@ def _restart_server(server) -> None:
     assert (server.grpc_port, server.http_port) == (ports["grpc_port"], ports["http_port"])
 
 
+def _wait_app_heartbeats(servers, proc: subprocess.Popen, log: Path) -> None:
+    """Until each (restarted) server has answered the driver's appHeartbeat with SUCCESS."""
+    deadline = time.monotonic() + 60 * TIME_SCALE
+    while True:
+        waiting = [s.http for s in servers
+                   if _metric(http_get(s.http + "/metrics"), "riffle_server_rpc_total",
+                              rpc="appHeartbeat", status="SUCCESS") < 1]
+        if not waiting:
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"driver exited with {proc.returncode}:\n{tail(log, 80)}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no app heartbeat reached {waiting} within 60 s:\n{tail(log, 80)}")
+        time.sleep(0.2)
+
+
 def _stop(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         proc.kill()
@@ -133,6 +149,10 @@ def test_second_action_reads_the_shuffle_again_after_a_server_restart(tmp_path: 
         assert recovered and all(a["recovered"] and a["lost_blocks"] == 0 for a in recovered), recovered
         for s in cluster.servers:
             assert "recovery took" in s.log_path.read_text()
+        # the driver's gRPC channel to a restarted server may still be in its reconnect backoff (the
+        # heartbeat it sent while the server was down failed): the 0.9.2 client does not retry
+        # getShuffleResult, so the second action starts once every server has answered an app heartbeat
+        _wait_app_heartbeats(cluster.servers, rss, log)
         go.touch()
 
         second = _wait_phase(rss, out, log, "phase2", 400)
