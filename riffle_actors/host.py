@@ -44,7 +44,6 @@ import json
 import os
 import signal
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 
@@ -59,6 +58,7 @@ from riffle_actors.workers import ENV_WORKER_INDEX, ENV_WORKER_NUMBER, merge_met
 
 #: how long a worker may take to write its port file (recovery of a large data path included)
 START_TIMEOUT_S = 300.0
+HOST_DIR = ".host"  # below the first data path: the workers' port files
 #: restart backoff: first delay, cap, and the life after which it starts again from the first
 BACKOFF_FIRST_S, BACKOFF_MAX_S, BACKOFF_RESET_AFTER_S = 0.5, 30.0, 60.0
 #: one worker page fetched by /metrics or /health at most this long
@@ -133,7 +133,9 @@ class WorkerHost:
         self.workers = [Worker(k) for k in range(self.n)]
         self.http_port = 0
         self._stopping = False
-        self._tmp = tempfile.mkdtemp(prefix="riffle-host-")
+        # the workers' port files: under the first data path (the host holds its lock), so a host that
+        # is SIGKILLed leaves nothing behind that its next start does not clear
+        self._tmp = os.path.join(os.path.abspath(self.cfg.localfile_store.data_paths[0]), HOST_DIR)
         self._locks: DataPathLocks | None = None
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -204,6 +206,10 @@ class WorkerHost:
     async def start(self) -> None:
         self._locks = lock_data_paths(self.cfg.localfile_store.data_paths)
         try:
+            os.makedirs(self._tmp, mode=0o700, exist_ok=True)
+            for name in os.listdir(self._tmp):  # a SIGKILLed host's, whatever its worker number was
+                if name.startswith("worker-") and name.endswith(".json"):
+                    os.unlink(os.path.join(self._tmp, name))
             for w in self.workers:  # one after the other: each recovers its own subdirectories
                 await self._spawn(w)
             self._watchers = [asyncio.get_running_loop().create_task(self._watch(w), name=f"worker-{w.index}")

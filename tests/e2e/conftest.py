@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -379,13 +380,15 @@ def _daemon(root: Path, name: str, module: str) -> Daemon:
 
 
 def start_cluster(root: Path, hdfs_remote: str = "", server_sections: dict[str, str] | None = None,
-                  workers: int = SERVER_WORKERS) -> Cluster:
+                  workers: int = SERVER_WORKERS, servers: int = NUM_SERVERS,
+                  edit_server_toml: Callable[[str], str] | None = None) -> Cluster:
     """``hdfs_remote``: the HDFS tier on (servers MEMORY_LOCALFILE_HDFS, the coordinator's remote storage);
     ``server_sections``: more ``[hybrid_store]`` / ``[app_config]`` lines for every server.
-    ``workers`` > 1: the ``NUM_SERVERS`` servers are the workers of ``NUM_SERVERS / workers`` hosts."""
+    ``workers`` > 1: the ``servers`` servers are the workers of ``servers / workers`` hosts.
+    ``edit_server_toml``: applied to each server's config text before it starts."""
     coord = _daemon(root, "coordinator", "riffle_actors.coordinator")
     coord.config.write_text(_coordinator_toml(coord, hdfs_remote))
-    hosts = -(-NUM_SERVERS // workers)
+    hosts = -(-servers // workers)
     cluster = Cluster(root=root, coordinator=coord, memory_capacity=parse_size(SERVER_MEMORY),
                       registered_servers=hosts * workers)
     try:
@@ -394,8 +397,9 @@ def start_cluster(root: Path, hdfs_remote: str = "", server_sections: dict[str, 
             s = _daemon(root, f"server{i + 1}", "riffle_actors.server")
             data = s.workdir / "d1"
             data.mkdir()
-            s.config.write_text(_server_toml(s, cluster.quorum, data, hdfs_remote=hdfs_remote,
-                                             sections=server_sections, workers=workers))
+            text = _server_toml(s, cluster.quorum, data, hdfs_remote=hdfs_remote, sections=server_sections,
+                                workers=workers)
+            s.config.write_text(edit_server_toml(text) if edit_server_toml else text)
             cluster.servers.append(s)
             s.start()
         cluster.wait_servers_active()

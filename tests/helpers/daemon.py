@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import urllib.request
@@ -94,3 +95,61 @@ path = "{log}"
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+# what a daemon advertises when WORKER_IP is unset: its bind address (loopback in these tests)
+LOOPBACK_ENV = {k: v for k, v in ENV.items() if k != "WORKER_IP"}
+
+
+def alive(pid: int) -> bool:
+    """``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+class Daemons:
+    """Every daemon a test starts (``python -m <module> --config ... --port-file ...``, output in
+    ``<root>/<name>.out``); ``kill_all`` at teardown kills them all, and the workers of a host too
+    (their pids are read from the host's port file), whatever happened."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.worker_pids: set[int] = set()
+
+    def start(self, module: str, name: str, config: str, timeout: float = 90
+              ) -> tuple[subprocess.Popen[bytes], dict[str, int]]:
+        cfg = self.root / f"{name}.toml"
+        cfg.write_text(config)
+        port_file = self.root / f"{name}.ports.json"
+        with open(self.root / f"{name}.out", "wb") as out:
+            proc = subprocess.Popen([sys.executable, "-m", module, "--config", str(cfg), "--port-file",
+                                     str(port_file)], env=LOOPBACK_ENV, cwd=self.root, stdout=out,
+                                    stderr=subprocess.STDOUT)
+        self.procs.append(proc)
+
+        def ready() -> dict[str, int] | None:
+            assert proc.poll() is None, f"{name} exited with {proc.returncode}: {self.tail(name)}"
+            try:
+                return json.loads(port_file.read_text())
+            except (FileNotFoundError, ValueError):
+                return None
+
+        ports = wait_for(ready, timeout, f"{name} port file")
+        self.worker_pids |= {v for k, v in ports.items() if k.startswith("worker_") and k.endswith("_pid")}
+        return proc, ports
+
+    def tail(self, name: str) -> str:
+        return (self.root / f"{name}.out").read_text(errors="replace")[-4000:]
+
+    def kill_all(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait(10)
+        for pid in self.worker_pids:  # the kernel kills them with their parent; make sure anyway
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)

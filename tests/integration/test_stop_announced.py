@@ -10,10 +10,7 @@ two-coordinator quorum hear the announcement.
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,47 +21,10 @@ import pytest
 from riffle_actors.protocol.proto import uniffle_pb2 as pb
 from riffle_actors.protocol.proto import uniffle_pb2_grpc as pbg
 from tests.helpers import wait_for
+from tests.helpers.daemon import Daemons
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
-ENV = {k: v for k, v in os.environ.items() if k != "WORKER_IP"}  # advertise the bind address
-ENV["PYTHONPATH"] = str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")
-
-
-class Daemons:
-    """Every process this test starts; all are killed at teardown, whatever happened."""
-
-    def __init__(self, root: Path):
-        self.root = root
-        self.procs: list[subprocess.Popen[bytes]] = []
-
-    def start(self, module: str, name: str, config: str) -> tuple[subprocess.Popen[bytes], dict[str, int]]:
-        cfg = self.root / f"{name}.toml"
-        cfg.write_text(config)
-        port_file = self.root / f"{name}.ports.json"
-        with open(self.root / f"{name}.out", "wb") as out:
-            proc = subprocess.Popen([sys.executable, "-m", module, "--config", str(cfg), "--port-file",
-                                     str(port_file)], env=ENV, cwd=self.root, stdout=out, stderr=subprocess.STDOUT)
-        self.procs.append(proc)
-
-        def ready() -> dict[str, int] | None:
-            assert proc.poll() is None, f"{name} exited with {proc.returncode}: {self.tail(name)}"
-            try:
-                return json.loads(port_file.read_text())
-            except (FileNotFoundError, ValueError):
-                return None
-
-        return proc, wait_for(ready, 60, f"{name} port file")
-
-    def tail(self, name: str) -> str:
-        return (self.root / f"{name}.out").read_text(errors="replace")[-3000:]
-
-    def kill_all(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait(10)
 
 
 @pytest.fixture

@@ -15,8 +15,6 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -27,62 +25,11 @@ import pytest
 from riffle_actors.protocol.proto import uniffle_pb2 as pb
 from tests.helpers import parse_metrics, wait_for
 from tests.helpers.client import UniffleClient, make_blocks
+from tests.helpers.daemon import Daemons, alive
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
-ENV = {k: v for k, v in os.environ.items() if k != "WORKER_IP"}  # advertise the bind address
-ENV["PYTHONPATH"] = str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")
 APP = "app-workers"
-
-
-class Daemons:
-    """Every process this test starts; all (the workers of a host included) are killed at teardown."""
-
-    def __init__(self, root: Path):
-        self.root = root
-        self.procs: list[subprocess.Popen[bytes]] = []
-        self.worker_pids: set[int] = set()
-
-    def start(self, module: str, name: str, config: str) -> tuple[subprocess.Popen[bytes], dict[str, int]]:
-        cfg = self.root / f"{name}.toml"
-        cfg.write_text(config)
-        port_file = self.root / f"{name}.ports.json"
-        with open(self.root / f"{name}.out", "wb") as out:
-            proc = subprocess.Popen([sys.executable, "-m", module, "--config", str(cfg), "--port-file",
-                                     str(port_file)], env=ENV, cwd=self.root, stdout=out, stderr=subprocess.STDOUT)
-        self.procs.append(proc)
-
-        def ready() -> dict[str, int] | None:
-            assert proc.poll() is None, f"{name} exited with {proc.returncode}: {self.tail(name)}"
-            try:
-                return json.loads(port_file.read_text())
-            except (FileNotFoundError, ValueError):
-                return None
-
-        ports = wait_for(ready, 90, f"{name} port file")
-        self.worker_pids |= {v for k, v in ports.items() if k.startswith("worker_") and k.endswith("_pid")}
-        return proc, ports
-
-    def tail(self, name: str) -> str:
-        return (self.root / f"{name}.out").read_text(errors="replace")[-4000:]
-
-    def kill_all(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait(10)
-        for pid in self.worker_pids:  # the kernel kills them with their parent; make sure anyway
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 @pytest.fixture
