@@ -78,13 +78,13 @@ class SimLoop(asyncio.SelectorEventLoop):
     def advance(self, seconds: float) -> None:
         self._virtual += seconds
 
-    def _run_once(self) -> None:  # type: ignore[override]  # asyncio's private step, extended
+    def _run_once(self) -> None:  # asyncio's private step, extended
         self.turns += 1
         if self.turns > MAX_TURNS:
             raise SimStalled(f"{MAX_TURNS} loop turns: something runs without ever waiting")
         super()._run_once()  # type: ignore[misc]
 
-    def run_in_executor(self, executor: Any, func: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+    def run_in_executor(self, executor: Any, func: Callable[..., T], *args: Any) -> asyncio.Future[T]:  # type: ignore[override]
         fut: asyncio.Future[T] = self.create_future()
 
         def run() -> None:
@@ -93,7 +93,10 @@ class SimLoop(asyncio.SelectorEventLoop):
             try:
                 result = func(*args)
             except Postponed as held:
-                held.gate.waiters.append(lambda: self.call_soon(run))
+                def again() -> None:
+                    self.call_soon(run)
+
+                held.gate.waiters.append(again)
                 return
             except (SystemExit, KeyboardInterrupt):
                 raise
@@ -213,7 +216,7 @@ class InProcessChannel:
     def unary_unary(self, method: str, request_serializer: Callable[[Any], bytes],
                     response_deserializer: Callable[[bytes], Any], **_: Any) -> Callable[..., Any]:
         async def call(request: Any, **_: Any) -> Any:
-            h = self.handler.service(_CallDetails(method))  # type: ignore[arg-type]
+            h = self.handler.service(_CallDetails(method))
             if h is None:
                 raise NotImplementedError(f"{method}: not served")
             req = h.request_deserializer(request_serializer(request))
