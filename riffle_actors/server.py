@@ -257,9 +257,11 @@ class ShuffleServer:
                  local_io_factory: Callable[[str, str], LocalIO] | None = None, probe_fn: ProbeFn = probe_disk,
                  probe_fleet_factory: Callable[[], ProbeFleet] | None = None, hdfs_io: HdfsIO | None = None,
                  worker_ip: str | None = None, config_path: str | None = None,
-                 load_config_fn: Callable[[str], ServerConfig] = load_config):
+                 load_config_fn: Callable[[str], ServerConfig] = load_config, serve_grpc: bool = True):
         """``local_io_factory(disk name, root)``, ``probe_fn`` (a module-level function, it runs in the
-        probe worker processes) and ``probe_fleet_factory`` are seams for fault tests. ``worker_ip``:
+        probe worker processes) and ``probe_fleet_factory`` are seams for fault tests. ``serve_grpc=False``
+        (the deterministic simulation, ``tests/sim``) opens no gRPC port: the caller drives
+        ``grpc_servicer`` in-process, through the same handlers and (de)serializers. ``worker_ip``:
         the advertised address (``WORKER_IP``), also without a coordinator quorum. ``config_path``: the
         file ``cfg`` came from, re-read under ``conf_reload_enable`` (with ``load_config_fn``)."""
         self.riffle_notes = riffle_key_notes(cfg, applied=apply_riffle_keys(cfg))
@@ -286,6 +288,8 @@ class ShuffleServer:
         self.start_time_ms = int(self.clock.time() * 1000)
         self.escalated: BaseException | None = None
         self._grpc: grpc.aio.Server | None = None
+        self._serve_grpc = serve_grpc
+        self.grpc_servicer: ShuffleServerServicer | None = None
         self._http: web.AppRunner | None = None
         self._pusher_task: asyncio.Task | None = None
         self._stopped = False
@@ -550,12 +554,14 @@ class ShuffleServer:
             urpc_port = _port_or_free_one(cfg.urpc_bind_address, urpc_port, "urpc_port")
         self.replies = ReplyBudget(cfg.max_reply_bytes, cfg.reply_wait_timeout_sec,
                                    on_change=self.metrics.held_reply_bytes.set)
-        self._grpc, self.grpc_port = await start_grpc_server(
-            ShuffleServerServicer(self.service, self.metrics, replies=self.replies,
-                                  max_reply_bytes_per_connection=cfg.grpc_max_reply_bytes_per_connection),
-            cfg.grpc_bind_address, grpc_port, cfg.grpc_max_message_size,
-            internal=ShuffleServerInternalServicer(self.lifecycle, credentials),
-            max_concurrent_streams=cfg.grpc_max_concurrent_streams)
+        self.grpc_servicer = ShuffleServerServicer(
+            self.service, self.metrics, replies=self.replies,
+            max_reply_bytes_per_connection=cfg.grpc_max_reply_bytes_per_connection)
+        if self._serve_grpc:
+            self._grpc, self.grpc_port = await start_grpc_server(
+                self.grpc_servicer, cfg.grpc_bind_address, grpc_port, cfg.grpc_max_message_size,
+                internal=ShuffleServerInternalServicer(self.lifecycle, credentials),
+                max_concurrent_streams=cfg.grpc_max_concurrent_streams)
         self.admin = AdminService(
             clock=self.clock, metrics=self.metrics, system=system, budget=self.budget, directory=self.directory,
             memory=self.memory, spill=self.spill, app_manager=app_manager, disk_monitor=self.disk_monitor,

@@ -116,9 +116,12 @@ async def test_status_page_shows_the_cluster(browser: Browser, cluster: RealClus
 async def test_settled_reads_every_event_the_page_emitted_before_it(browser: Browser) -> None:
     """``Browser.settled()`` (what the status-page test drains Chromium with) does not return before
     the events of work the page had already queued have been read: three timers that throw, queued
-    behind a console error, all arrive."""
+    behind a console error, all arrive. Each timer keeps the page busy 150 ms before it throws, so a
+    drain that only gives the test's loop a turn (or a fixed short wait) returns before they arrive."""
     await browser.send("Runtime.evaluate", expression=(
-        "for (let i = 0; i < 3; i++) setTimeout(() => { throw new Error('queued ' + i); }, 0);"
+        "for (let i = 0; i < 3; i++) setTimeout(() => {"
+        " const t = performance.now(); while (performance.now() - t < 150) {}"
+        " throw new Error('queued ' + i); }, 0);"
         "console.error('at once')"))
     await browser.settled()
     assert browser.errors[0] == "console.error: at once", browser.errors

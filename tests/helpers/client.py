@@ -155,10 +155,13 @@ class UniffleClient:
 
     def __init__(self, target: str, pb: ModuleType = uniffle_pb2, pb_grpc: ModuleType = uniffle_pb2_grpc, *,
                  layout: BlockIdLayout = SPARK_DEFAULT, read_buffer_size: int = 14 << 20,
-                 retry_deadline_s: float = 30.0, backoff_s: float = 0.005, backoff_max_s: float = 0.1):
+                 retry_deadline_s: float = 30.0, backoff_s: float = 0.005, backoff_max_s: float = 0.1,
+                 channel: Any = None):
+        """``channel``: a ``grpc.aio``-shaped channel to use instead of one to ``target`` (the
+        simulation's in-process channel, ``tests.sim.loop.InProcessChannel``)."""
         self.target = target
         self.pb = pb
-        self.channel = grpc.aio.insecure_channel(target, options=GRPC_OPTIONS)
+        self.channel = channel if channel is not None else grpc.aio.insecure_channel(target, options=GRPC_OPTIONS)
         self.stub = pb_grpc.ShuffleServerStub(self.channel)
         self.layout = layout
         self.read_buffer_size = read_buffer_size

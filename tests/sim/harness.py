@@ -14,20 +14,25 @@ seed) lists events placed before or during the steps of a write + spill + read +
   append that crashes the Disk actor);
 - ``jump``: the clock jumps forward (every deadline due meanwhile fires).
 
-Time: a ticker moves the ``ManualClock`` in small steps all along (spill pauses and ticket expiry
-need it to move), and jumps move it further; nothing sleeps to wait for a condition. The
-schedule and the workload are determined by the seed; thread and socket timing is not, so a
-replay repeats the same faults at the same steps of the workload (``World.trace``, checked by
-``test_the_same_seed_applies_the_same_trace``), not the same interleaving.
+Two ways to run a world:
 
-Why the ticker follows real time rather than the harness's own event count: the server under
-test answers over real gRPC sockets (grpc's own threads) and appends in its IO thread pool, and
-while one client call is outstanding the server may wait on the ManualClock (a spill pause, a
-ticket expiry, a retry backoff of the storage actor). A clock moved only at harness events would
-leave such a call waiting until its deadline, so the clock must move while the harness awaits a
-reply, and how much of it passes then depends on thread and socket timing. The same holds for
-the loop turn at which a ``kill`` lands, whether a ``stall``'s append was entered before its
-step ended, and which calls are retried: those are in ``World.log``, not in ``World.trace``.
+- **In-process** (``World(in_process=True)``, ``run_seed`` / ``sim_seed``: the simulation,
+  ``tests/sim/test_simulation.py``), on ``tests.sim.loop.SimLoop``: virtual time, disk IO run on the
+  loop in call order (a ``stall`` postpones the held append instead of blocking a thread), the client
+  talking to the server's gRPC handlers without a socket (``ShuffleServer(serve_grpc=False)``). No
+  wall clock, no thread, no socket decides anything, so a seed replays exactly: ``World.event_trace()``
+  (every event, crash, retry and reply status, stamped with the loop's and the server's time) is the
+  same bytes in every run and every process.
+- **Over sockets** (the default; ``tests/actors/test_permanent_crashes.py``, which also crashes the
+  heartbeat to a real in-process coordinator): real gRPC and the disks' thread pools on an ordinary
+  loop. There a replay repeats the same faults at the same steps (``World.trace``), not the same
+  interleaving.
+
+Time: a ticker moves the ``ManualClock`` 0.02 s per ms of the loop's time (spill pauses and ticket
+expiry need it to move), and jumps move it further; nothing sleeps to wait for a condition. On the
+``SimLoop`` the loop's time moves only when nothing is ready to run, so the ticker runs exactly when
+the server waits (a spill pause, a ticket expiry, a retry backoff of the storage actor) and a call
+cannot hang on a clock that does not move.
 
 ``World.check_invariants()`` ends every schedule: every acknowledged block readable byte-exact;
 spills drained (no batch in flight or queued, ``in_flight`` 0) and the budget of the app equal
@@ -52,8 +57,10 @@ from riffle_actors.config import ServerConfig, validate_config
 from riffle_actors.io.faults import FaultyLocalIO
 from riffle_actors.runtime import ActorDeadError, FireDue, InjectedCrash, ManualClock
 from riffle_actors.server import ShuffleServer
+from riffle_actors.transport.grpc_server import service_handler
 from tests.helpers import app_dirs, budget_figures, poll_until
 from tests.helpers.client import BlockSpec, UniffleClient, UniffleError, assert_read_matches, make_blocks
+from tests.sim.loop import InProcessChannel, SimLocalIO
 
 NO_REGISTER = 4
 
@@ -62,7 +69,7 @@ KINDS = ("memory", "spill", "app_manager", "apps", "app", "disk", "disk_monitor"
 #: The kinds of the simulation (the heartbeat needs a coordinator: its own crash tests start one).
 SIM_KINDS = tuple(k for k in KINDS if k != "heartbeat")
 PERMANENT = ("timer", "storage", "memory", "spill", "apps", "app_manager", "disk_monitor")
-CALL_DEADLINE_S = 30.0  # real seconds any one client call may take before the run counts as hung
+CALL_DEADLINE_S = 30.0  # seconds (of the loop's time) any one client call may take before the run counts as hung
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,9 +147,12 @@ def sim_config(root: Path, *, coordinator: str | None = None) -> ServerConfig:
     return validate_config(ServerConfig, cfg)
 
 
-@dataclass
+@dataclass(repr=False)
 class World:
     """One server, one client, one app; see the module docstring."""
+
+    def __repr__(self) -> str:  # short: asyncio's Runner may repr the task that returns a world
+        return f"World(seed={self.seed}, root={str(self.root)!r})"
 
     root: Path
     seed: int = 0
@@ -160,6 +170,10 @@ class World:
     #: (step, event) in the order the harness applied or launched the events of the schedule: a
     #: function of the seed (unlike ``log``, which also holds what timing decided)
     trace: list[tuple[int, Event]] = field(default_factory=list)
+    #: ``in_process``: the simulation's world (``tests.sim.loop``, run it with ``tests.sim.loop.run``):
+    #: no gRPC socket, disk IO on the loop, every ``log`` line stamped with the loop's and the server's
+    #: time and every RPC's reply status logged, so ``event_trace()`` is a function of the seed
+    in_process: bool = False
     restarts: dict[str, int] = field(default_factory=dict)  # actor name -> restarts, at the end of the run
     purge_events: list[Event] = field(default_factory=list)  # kills while the app is purged
     _task_id: int = 0
@@ -169,13 +183,18 @@ class World:
     # ------------------------------------------------------------- start / stop
     async def start(self) -> None:
         def local_io(name: str, root: str) -> FaultyLocalIO:
-            self.faulty[name] = FaultyLocalIO(name=name)
+            self.faulty[name] = (SimLocalIO if self.in_process else FaultyLocalIO)(name=name)
             return self.faulty[name]
 
         self.srv = ShuffleServer(sim_config(self.root, coordinator=self.coordinator), clock=self.clock,
-                                 local_io_factory=local_io)
+                                 local_io_factory=local_io, serve_grpc=not self.in_process)
         await self.srv.start()
-        self.client = UniffleClient(f"127.0.0.1:{self.srv.grpc_port}", backoff_s=0.002, backoff_max_s=0.02)
+        if self.in_process:
+            assert self.srv.grpc_servicer is not None
+            channel = InProcessChannel(service_handler(self.srv.grpc_servicer), on_reply=self._on_reply)
+            self.client = UniffleClient("in-process", channel=channel, backoff_s=0.002, backoff_max_s=0.02)
+        else:
+            self.client = UniffleClient(f"127.0.0.1:{self.srv.grpc_port}", backoff_s=0.002, backoff_max_s=0.02)
         self._ticker = asyncio.get_running_loop().create_task(self._tick())
         await self.call(self.client.register_shuffle(self.app_id, self.shuffle_id, self.partitions))
 
@@ -190,8 +209,24 @@ class World:
         if self.srv is not None:
             await self.srv.stop(0)
 
+    def note(self, line: str) -> None:
+        """A line of ``log``, stamped with the loop's time and the server clock's (since the start)."""
+        self.log.append(f"{asyncio.get_running_loop().time():.6f} {self.clock.monotonic() - 1000.0:.2f} {line}")
+
+    def _on_reply(self, method: str, reply: Any) -> None:
+        self.note(f"{method.rsplit('/', 1)[-1]} -> {reply.status}")
+
+    def event_trace(self) -> bytes:
+        """What happened, in order (``log``), then how it ended: on a ``SimLoop``, a function of the seed."""
+        lines = list(self.log)
+        lines.append(f"restarts {sorted(self.restarts.items())}")
+        lines.append(f"io calls {[(n, sorted(io.calls.items())) for n, io in sorted(self.faulty.items())]}")
+        lines.append(f"losses {self.losses} acked {len(self.acked)}")
+        return "\n".join(lines).replace(str(self.root), "<root>").encode()
+
     async def _tick(self) -> None:
-        """Move the clock along while the workload runs (0.02 s of clock per ms of real time at most)."""
+        """Move the clock along while the workload runs (0.02 s of clock per ms of the loop's time at
+        most; on a ``SimLoop`` the loop's time moves only when nothing else is ready to run)."""
         while not self._stop_ticking:
             await asyncio.sleep(0.001)
             self.clock.advance(0.02)
@@ -218,7 +253,7 @@ class World:
     def apply(self, ev: Event) -> None:
         """Apply an event that does not wait (all but ``kill``)."""
         assert self.srv is not None
-        self.log.append(f"{ev}")
+        self.note(f"{ev}")
         if ev.what == "inject":
             name = self.actor_name(ev.kind, ev.disk)
             if self.srv.system.get(name) is not None:
@@ -243,8 +278,9 @@ class World:
         """``stall``: hold the next append of the step on each disk, crash the actor while a batch is
         in flight (the dispatcher waits on a disk, the AppActor on the dispatcher), then let go."""
         assert self.srv is not None
-        self.log.append(f"{ev}")
-        held = [(io, io.hang("append_batch", times=1)) for io in self.faulty.values()]
+        self.note(f"{ev}")
+        held = [(io, io.hold("append_batch") if isinstance(io, SimLocalIO) else io.hang("append_batch", times=1))
+                for io in self.faulty.values()]
 
         def entered() -> bool:
             return any(b.entered.is_set() for _, b in held)
@@ -253,7 +289,7 @@ class World:
             while not entered() and not step_done.done():
                 await asyncio.sleep(0.001)
             if entered():
-                self.log.append("a spill is in flight: crashing")
+                self.note("a spill is in flight: crashing")
                 await self.kill_later(Event(ev.step, "kill", ev.kind, ev.arg, ev.disk))
         finally:
             for _, blocked in held:
@@ -263,11 +299,12 @@ class World:
     async def kill_later(self, ev: Event) -> None:
         """``kill``: a few loop turns into the step, end the incarnation wherever it is."""
         assert self.srv is not None
-        self.log.append(f"{ev}")
+        self.note(f"{ev}")
         for _ in range(int(ev.arg)):
             await asyncio.sleep(0)
         ref = self.srv.system.get(self.actor_name(ev.kind, ev.disk))
         if ref is not None and ref.is_alive:
+            self.note(f"crash {ref.name}")
             ref.crash(RuntimeError(f"simulated crash of {ref.name} (seed {self.seed})"))
 
     # ------------------------------------------------------------- workload
@@ -307,7 +344,7 @@ class World:
     async def app_lost(self) -> None:
         assert self.srv is not None and self.client is not None
         self.losses += 1
-        self.log.append("app purged by the crash of its actor; registering it again")
+        self.note("app purged by the crash of its actor; registering it again")
         srv = self.srv
         await poll_until(lambda: self.app_id not in srv.directory and not app_dirs(srv, self.app_id)
                          and srv.budget.used_by_app(self.app_id) == 0, 20, message="app purge after its crash")
@@ -322,7 +359,7 @@ class World:
             except UniffleError as e:
                 if e.status == NO_REGISTER or attempt == attempts - 1:
                     raise
-                self.log.append(f"retrying after {e}")
+                self.note(f"retrying after {e}")
                 await asyncio.sleep(0.002 * (attempt + 1))  # client-side retry pacing, like the Java client
         raise AssertionError("unreachable")
 
@@ -437,7 +474,7 @@ class World:
             # killed during this step; what follows checks that everything of it is released
             if e.status != NO_REGISTER:
                 raise
-            self.log.append("the app was purged before the unregistration reached it")
+            self.note("the app was purged before the unregistration reached it")
         finally:
             await asyncio.gather(*during)
         paths = list(srv.cfg.localfile_store.data_paths)
@@ -459,9 +496,11 @@ class World:
 
 
 async def run_schedule(root: Path, seed: int, steps: list[Step], events: list[Event], *,
-                       coordinator: str | None = None) -> World:
+                       coordinator: str | None = None, in_process: bool = False, app_id: str | None = None) -> World:
     """Run one schedule to its end and check the invariants; the failure names the seed and the events."""
-    world = World(root, seed=seed, coordinator=coordinator)
+    world = World(root, seed=seed, coordinator=coordinator, in_process=in_process)
+    if app_id is not None:
+        world.app_id = app_id
     try:
         await world.start()
         await world.run(steps, events)
@@ -474,12 +513,9 @@ async def run_schedule(root: Path, seed: int, steps: list[Step], events: list[Ev
     return world
 
 
-HEARTBEAT_EVERY = 8
-"""Every 8th seed of the simulation also runs a coordinator, and may crash the heartbeat."""
-
-
 async def run_with_coordinator(root: Path, seed: int, steps: list[Step], events: list[Event]) -> World:
-    """``run_schedule`` with a real in-process coordinator that the server heartbeats."""
+    """``run_schedule`` with a real in-process coordinator that the server heartbeats (over real gRPC
+    sockets, so not deterministic: ``tests/actors/test_permanent_crashes.py`` crashes the heartbeat)."""
     from riffle_actors.coordinator.config import CoordinatorConfig
     from riffle_actors.coordinator.runtime import Coordinator
 
@@ -491,10 +527,15 @@ async def run_with_coordinator(root: Path, seed: int, steps: list[Step], events:
 
 
 async def run_seed(root: Path, seed: int) -> World:
-    """One seed of the simulation: its schedule, with a coordinator for every ``HEARTBEAT_EVERY``-th."""
-    if seed % HEARTBEAT_EVERY == 0:
-        steps, events = make_schedule(seed, KINDS)
-        return await run_with_coordinator(root, seed, steps, events)
+    """One seed of the simulation, in-process: run it on a ``tests.sim.loop.SimLoop`` (``sim_seed``)."""
     steps, events = make_schedule(seed)
-    return await run_schedule(root, seed, steps, events)
+    # the app id varies with the seed: which disk a partition's first spill lands on hashes it
+    return await run_schedule(root, seed, steps, events, in_process=True,
+                              app_id=f"application_1700000000000_{seed % 10_000:04d}")
 
+
+def sim_seed(root: Path, seed: int) -> World:
+    """Run ``run_seed`` on a fresh deterministic loop and return its world."""
+    from tests.sim.loop import run
+
+    return run(lambda: run_seed(root, seed))
