@@ -27,10 +27,11 @@ Routing (one message per request per partition, never one per block):
   releases the partition's memory and stops it.
 
 While a partition actor starts (one loop turn or so), its messages wait, in order, in this
-actor's table of waiting messages (its ``PartitionEntry`` only says a start is under way). A send's replies, reads and spill orders are futures completed by the
-partition actors (no task and no extra hop per request); since they are this actor's reply-
-later awaitables, they fail with ``ActorDeadError`` if this actor stops, and the sends'
-reservations not yet used go back to the MemoryManager in ``on_stop``.
+actor's table of waiting messages (its ``PartitionEntry`` only says a start is under way).
+A send's replies, reads and spill orders are futures completed by the partition actors (no
+task and no extra hop per request); since they are this actor's reply-later awaitables, they
+fail with ``ActorDeadError`` if this actor stops, and the sends' reservations not yet used go
+back to the MemoryManager in ``on_stop``.
 
 Reports and shuffle results go through a ``SliceLane``: one at a time, in arrival order, in
 time slices of ~1 ms with the event loop's other work in between (a 2M-id result is ~0.1-0.5 s
@@ -49,11 +50,12 @@ figures are a report the state builds (``riffle_actors.state.app_report``).
 
 Supervision: temporary. A crashed AppActor is not restarted (that would hide lost data);
 the AppManager purges it and later calls get NO_REGISTER, so Spark retries the stage. Only
-``RiffleError`` s (the client's fault, or a refusal) and ``ChildStartError`` are expected; any other is a bug:
-the asker gets it (INTERNAL_ERROR, ``errors.to_status``) and the actor crashes. Bad input is
-refused before it gets here, where the service layer parses and checks the request. Its
-partition actors are stopped with it. A crashed partition actor (seen through death watch)
-crashes this actor on purpose, with the same outcome: the app is purged, nothing is hidden.
+``RiffleError`` s (a refusal) and ``ChildStartError`` are expected errors; any other exception,
+an unknown message included, is a bug: the asker gets it (INTERNAL_ERROR, ``errors.to_status``)
+and the actor crashes. Bad input is refused before it gets here, where the service layer parses
+and checks the request. Its partition actors are stopped with it. A crashed partition actor
+(seen through death watch) crashes this actor on purpose, with the same outcome: the app is
+purged, nothing is hidden.
 
 Messages and replies: ``riffle_actors.actors.app_messages``; the ``/apps`` report records:
 ``riffle_actors.state.app_report``.
@@ -276,7 +278,7 @@ class AppActor(Supervisor):
             case FinishShuffle(shuffle_id=sid):
                 state.shuffle(sid)
                 return self._flush(sid)
-        raise InvalidRequestError(f"unexpected message {type(msg).__name__}")
+        raise TypeError(f"AppActor {self.app_id}: message {type(msg).__name__} passed the app check unhandled")
 
     # ------------------------------------------------------------- durable metadata
     def _write_meta(self, shuffle_id: int, kind: int, body: bytes) -> asyncio.Future[None] | None:

@@ -47,6 +47,8 @@ async def purged(srv, other_bytes: int) -> None:
 
 async def the_other_app_still_works(srv, client: UniffleClient) -> None:
     assert srv.escalated is None  # the server's root supervisor never saw it
+    apps_supervisor = srv.system.get("apps")
+    assert apps_supervisor is not None and apps_supervisor.is_alive  # a temporary child's crash is not a restart
     await client.heartbeat(OTHER)
     await client.send_blocks(OTHER, 0, make_blocks(2, 8, 2, 500))
     got = await client.read_partition(OTHER, 0, 2, None, check_complete=False)
