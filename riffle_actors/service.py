@@ -34,7 +34,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
-from riffle_actors.actors.app import (
+from riffle_actors.actors.app_manager import AppDirectory, GetOrCreateApp, PurgeApp, PurgeAppShuffle
+from riffle_actors.actors.app_messages import (
     AppendBlocks,
     CheckBufferRequest,
     CommitShuffleTask,
@@ -46,11 +47,10 @@ from riffle_actors.actors.app import (
     Heartbeat,
     RegisterShuffle,
     ReportShuffleResult,
-    SendTicket,
 )
-from riffle_actors.actors.app_manager import AppDirectory, GetOrCreateApp, PurgeApp, PurgeAppShuffle
 from riffle_actors.actors.hdfs_writer import AllowedRemoteStorages, RegisterRemoteStorage
 from riffle_actors.actors.memory import CommitTicket, RequireBuffer, TakeTicket
+from riffle_actors.actors.partition import SendTicket
 from riffle_actors.actors.storage_messages import DiskIOError, ReadAheadHint, ReadData, ReadIndex
 from riffle_actors.errors import (
     BlockCorruptError,

@@ -26,11 +26,12 @@ Routing (one message per request per partition, never one per block):
 - unregisterShuffle: a ``PurgePart`` per partition (after whatever is queued for it), which
   releases the partition's memory and stops it.
 
-While a partition actor starts (one loop turn or so), its messages wait, in order, in its
-``PartitionEntry``. A send's replies, reads and spill orders are futures completed by the
-partition actors (no task and no extra hop per request); since they are this actor's reply-
-later awaitables, they fail with ``ActorDeadError`` if this actor stops, and the sends'
-reservations not yet used go back to the MemoryManager in ``on_stop``.
+While a partition actor starts (one loop turn or so), its messages wait, in order, in this
+actor's table of waiting messages (its ``PartitionEntry`` only says a start is under way).
+A send's replies, reads and spill orders are futures completed by the partition actors (no
+task and no extra hop per request); since they are this actor's reply-later awaitables, they
+fail with ``ActorDeadError`` if this actor stops, and the sends' reservations not yet used go
+back to the MemoryManager in ``on_stop``.
 
 Reports and shuffle results go through a ``SliceLane``: one at a time, in arrival order, in
 time slices of ~1 ms with the event loop's other work in between (a 2M-id result is ~0.1-0.5 s
@@ -43,11 +44,21 @@ reportShuffleResult are answered once their record is in the shuffle's metadata 
 restarted server knows the shuffle and answers getShuffleResult* with every id it acknowledged.
 At a restart, ``RestoreApp`` (sent once, right after the start) rebuilds the app from what
 recovery found: registrations, reported ids, the disks of each partition, the lost-block counts.
+The state does it (``riffle_actors.state.app_restore``) and returns a plan, which this actor
+carries out (the metadata log's home and registrations, the lost-block log line). ``/apps``
+figures are a report the state builds (``riffle_actors.state.app_report``).
 
 Supervision: temporary. A crashed AppActor is not restarted (that would hide lost data);
-the AppManager purges it and later calls get NO_REGISTER, so Spark retries the stage. Its
-partition actors are stopped with it. A crashed partition actor (seen through death watch)
-crashes this actor on purpose, with the same outcome: the app is purged, nothing is hidden.
+the AppManager purges it and later calls get NO_REGISTER, so Spark retries the stage. Only
+``RiffleError`` s (a refusal) and ``ChildStartError`` are expected errors; any other exception,
+an unknown message included, is a bug: the asker gets it (INTERNAL_ERROR, ``errors.to_status``)
+and the actor crashes. Bad input is refused before it gets here, where the service layer parses
+and checks the request. Its partition actors are stopped with it. A crashed partition actor
+(seen through death watch) crashes this actor on purpose, with the same outcome: the app is
+purged, nothing is hidden.
+
+Messages and replies: ``riffle_actors.actors.app_messages``; the ``/apps`` report records:
+``riffle_actors.state.app_report``.
 
 See also: ``riffle_actors.state.app_state`` (the logic), ``riffle_actors.actors.partition``,
 ``riffle_actors.runtime.slicing``, ``riffle_actors.actors.app_manager``.
@@ -59,13 +70,34 @@ import asyncio
 import inspect
 from array import array
 from collections import deque
-from collections.abc import Container, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable
 from functools import partial
 from typing import Any
 
 from loguru import logger
 
+from riffle_actors.actors.app_messages import (
+    AppendBlocks,
+    AppMsg,
+    CheckBufferRequest,
+    CommitShuffleTask,
+    FinishShuffle,
+    GetAppInfo,
+    GetLocalReadPlan,
+    GetMemoryData,
+    GetPartitionDisks,
+    GetShuffleResult,
+    GetSpillCandidates,
+    Heartbeat,
+    IsExpired,
+    LocalReadPlan,
+    PurgeShuffle,
+    RegisterShuffle,
+    ReportShuffleResult,
+    RestoreApp,
+    SpillAll,
+    SpillPartitions,
+)
 from riffle_actors.actors.meta_log import ShuffleMetaLog
 from riffle_actors.actors.partition import (
     PURGE,
@@ -74,6 +106,7 @@ from riffle_actors.actors.partition import (
     Join,
     PartitionActor,
     PartitionContext,
+    PartitionMsg,
     ReadPart,
     SendTicket,
     SpillPart,
@@ -88,7 +121,6 @@ from riffle_actors.errors import (
     RiffleError,
 )
 from riffle_actors.protocol.bitmap import release_steps
-from riffle_actors.protocol.blockid import BlockIdLayout
 from riffle_actors.protocol.shuffle_meta import (
     BLOCK_IDS,
     REGISTER,
@@ -96,7 +128,7 @@ from riffle_actors.protocol.shuffle_meta import (
     encode_block_ids_steps,
     encode_register,
 )
-from riffle_actors.records import Block, BlockBatch
+from riffle_actors.records import Block
 from riffle_actors.runtime import (
     ActorDeadError,
     ActorRef,
@@ -109,196 +141,16 @@ from riffle_actors.runtime import (
     Supervisor,
     Terminated,
 )
+from riffle_actors.state.app_report import app_report
+from riffle_actors.state.app_restore import restore_app
 from riffle_actors.state.app_state import AppLimits, AppState, PartitionEntry, ShuffleState
 from riffle_actors.state.partition import SpillLimits
-from riffle_actors.state.read_ahead import ClientReadAhead, client_read_ahead
+from riffle_actors.state.read_ahead import client_read_ahead
 from riffle_actors.state.recovery import RecoveredApp
-
-__all__ = ["SendTicket"]  # re-exported for the ShuffleService
 
 
 class PartitionCrashedError(Exception):
     """A PartitionActor of the app crashed; raised by the AppActor to crash itself (never expected)."""
-
-
-# ---------------------------------------------------------------------------- messages
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RegisterShuffle:
-    shuffle_id: int
-    ranges: tuple[tuple[int, int], ...]
-    local_order: bool
-    user: str = ""
-    properties: tuple[tuple[str, str], ...] = ()
-    remote_storage: str = ""  # registerShuffle's remoteStorage path (kept in the metadata log)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AppendBlocks:
-    """All partitions of one sendShuffleData request, paid for by a ticket of ``ticket_size`` bytes.
-
-    ``ticket`` (made by the sender) turns the reservation into used memory as the partitions
-    append; without one the AppActor makes it. Whatever the outcome, once the AppActor has
-    processed the message the ticket is settled or will be (by the partitions, or by the
-    AppActor's ``on_stop``); on ``ActorDeadError`` the sender calls ``ticket.release_rest()``,
-    which gives back exactly what no partition used (all of it if the message was never processed).
-    """
-
-    shuffle_id: int
-    partitions: tuple[BlockBatch, ...]
-    ticket_size: int = 0
-    ticket: SendTicket | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ReportShuffleResult:
-    shuffle_id: int
-    task_attempt_id: int
-    # iterated once; the gRPC adapter hands over a generator of its protobuf repeated fields
-    partition_to_block_ids: Iterable[tuple[int, Sequence[int]]]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GetShuffleResult:
-    shuffle_id: int
-    partition_ids: tuple[int, ...]
-    layout: BlockIdLayout | None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GetMemoryData:
-    shuffle_id: int
-    partition_id: int
-    last_block_id: int
-    read_buffer_size: int
-    task_filter: Container[int] | None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GetPartitionDisks:
-    shuffle_id: int
-    partition_id: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GetLocalReadPlan:
-    """A local data read: the disks holding the partition, and whether (and how) the app asked for
-    read-ahead (``LocalReadPlan``)."""
-
-    shuffle_id: int
-    partition_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class LocalReadPlan:
-    disks: tuple[str, ...]
-    read_ahead: ClientReadAhead | None  # None: the app did not ask (its registration's properties)
-    sequential: bool  # the partition's memory was read without a task filter (Riffle's sequential mark)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CheckBufferRequest:
-    """requireBuffer: the app check, then NO_REGISTER unless the shuffle (and each partition named) is
-    registered; then refused (``HugePartitionBackpressureError``) while one of the partitions is huge and
-    holds more than ``limit_bytes`` in memory (staging + in flight; None = the partition limit is off).
-    Replies with the partitions named that are above the split threshold (sorted; () when none)."""
-
-    shuffle_id: int
-    partition_ids: tuple[int, ...]
-    limit_bytes: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Heartbeat:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class RestoreApp:
-    """Sent once, right after the app's actor started at a restart: what recovery found on disk."""
-
-    recovered: RecoveredApp
-
-
-@dataclass(frozen=True, slots=True)
-class CommitShuffleTask:
-    shuffle_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class FinishShuffle:
-    shuffle_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class PurgeShuffle:
-    shuffle_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class GetSpillCandidates:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class SpillPartitions:
-    keys: tuple[tuple[int, int], ...]  # (shuffle_id, partition_id)
-
-
-@dataclass(frozen=True, slots=True)
-class SpillAll:
-    """Spill every buffer (graceful shutdown); replies once all spills completed."""
-
-
-@dataclass(frozen=True, slots=True)
-class GetAppInfo:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class IsExpired:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class ShuffleInfo:
-    """One shuffle of an app, as ``/apps`` shows it."""
-
-    ranges: int
-    partitions: int
-    partition_actors: int
-    memory_bytes: int
-    disk_bytes: int
-    received_bytes: int
-    reported_partitions: int
-    disks: tuple[str, ...]
-    huge_partitions: int
-    lost_blocks: int = 0  # reported blocks lost by the last restart (only in memory when it died)
-    huge_partition_bytes: tuple[int, ...] = ()  # bytes received by each huge partition
-    hdfs_bytes: int = 0  # spilled to the HDFS tier (clients read it from HDFS)
-    reported_block_ids: int = 0  # block ids reported by the tasks (reportShuffleResult)
-
-
-@dataclass(frozen=True, slots=True)
-class AppInfo:
-    app_id: str
-    user: str
-    registered_epoch_ms: int
-    idle_s: float
-    shuffles: dict[int, ShuffleInfo]
-    partition_count: int
-    memory_bytes: int
-    in_flight_bytes: int
-    received_bytes: int
-    partition_actors: int = 0  # PartitionActors running (or starting) now
-    recovered: bool = False  # rebuilt from disk at the server's start
-    lost_blocks: int = 0  # reported blocks the restart found no data for (see ShuffleInfo.lost_blocks)
-    partition_split_triggered: bool = False  # a partition went above the split threshold (Riffle's flag)
-
-
-AppMsg = (RegisterShuffle | AppendBlocks | ReportShuffleResult | GetShuffleResult | GetMemoryData
-          | GetPartitionDisks | GetLocalReadPlan | CheckBufferRequest | Heartbeat | CommitShuffleTask | FinishShuffle
-          | PurgeShuffle | GetSpillCandidates | SpillPartitions | SpillAll | GetAppInfo | IsExpired
-          | RestoreApp | Terminated)
 
 
 class AppActor(Supervisor):
@@ -322,16 +174,15 @@ class AppActor(Supervisor):
         # spill_limits: the server's instance, shared by every app and changed in place by a config reload
         self.limits = (spill_limits if spill_limits is not None
                        else SpillLimits(single_buffer_spill_bytes, huge_threshold_bytes, huge_spill_bytes))
-        self.split_triggered = False  # sticky: a split partition purged since still counts
         self._contexts: dict[int, PartitionContext] = {}  # shuffle id -> its incarnation's context
         self._to_start: deque[tuple[int, int, PartitionEntry]] = deque()
+        self._waiting: dict[PartitionEntry, list[PartitionMsg]] = {}  # messages for an actor starting
         self._starter: asyncio.Task[None] | None = None
         self._sends: set[SendTicket] = set()  # tickets not settled yet, released on stop
         self._lane = SliceLane()  # reports and shuffle results, see the module docstring
         self.partition_actors_started = 0
         self.log = logger.bind(app_id=app_id)
         self.meta = meta  # the durable metadata log (None: nothing is written, e.g. unit tests)
-        self.recovered = False
 
     async def on_start(self) -> None:
         await super().on_start()
@@ -345,7 +196,7 @@ class AppActor(Supervisor):
             case IsExpired():
                 return state.is_expired()
             case GetAppInfo():
-                return self._info()
+                return app_report(state)
             case GetSpillCandidates():
                 return [(e.figures.staging_bytes, sid, pid)
                         for sid, s in state.shuffles.items() for pid, e in s.partitions.items()
@@ -383,7 +234,9 @@ class AppActor(Supervisor):
                   | Heartbeat() | CommitShuffleTask() | FinishShuffle() | CheckBufferRequest()):
                 pass
             case _:
-                return self._supervise(msg)  # the runtime's own supervisor messages
+                # the runtime's own supervisor messages; any other is a bug of the sender: a TypeError,
+                # which crashes this actor (the app is purged, the asker gets an internal error)
+                return Supervisor.receive(self, msg)
         # every other message is subject to the app check
         state.check_alive()
         state.touch()
@@ -392,7 +245,7 @@ class AppActor(Supervisor):
                 entry = self._entry(msg.shuffle_id, msg.partition_id)
                 if entry is not None and msg.task_filter is None:
                     entry.sequential_read = True
-                if entry is None or (entry.ref is None and entry.pending is None):
+                if entry is None or not entry.has_actor:
                     return []
                 reply: asyncio.Future[list[Block]] = self._loop.create_future()
                 self._deliver(msg.shuffle_id, msg.partition_id, entry, ReadPart(
@@ -425,13 +278,7 @@ class AppActor(Supervisor):
             case FinishShuffle(shuffle_id=sid):
                 state.shuffle(sid)
                 return self._flush(sid)
-        raise InvalidRequestError(f"unexpected message {type(msg).__name__}")
-
-    async def _supervise(self, msg: Any) -> Any:
-        try:
-            return await Supervisor.receive(self, msg)
-        except TypeError:
-            raise InvalidRequestError(f"unexpected message {type(msg).__name__}") from None
+        raise TypeError(f"AppActor {self.app_id}: message {type(msg).__name__} passed the app check unhandled")
 
     # ------------------------------------------------------------- durable metadata
     def _write_meta(self, shuffle_id: int, kind: int, body: bytes) -> asyncio.Future[None] | None:
@@ -466,42 +313,21 @@ class AppActor(Supervisor):
 
     def _restore(self, rec: RecoveredApp) -> None:
         """Rebuild the app from what recovery found on disk (only right after this actor started)."""
-        state = self.state
-        self.recovered = True
+        plan = restore_app(self.state, rec)
         if self.meta is not None:
-            self.meta.set_home(self.app_id, rec.home)
-        state.user = rec.user
-        state.properties = dict(rec.properties)
-        for sid, rs in rec.shuffles.items():
-            state.register_shuffle(sid, rs.ranges, rs.local_order)
-            shuffle = state.shuffles[sid]
-            if self.meta is not None:
-                self.meta.remember_registration(self.app_id, sid, shuffle.epoch, encode_register(
-                    rs.ranges, local_order=rs.local_order, user=rec.user, remote_storage=rs.remote_storage,
-                    properties=tuple(rec.properties.items())))
-            shuffle.reported.update(rs.reported)
-            shuffle.lost_blocks = rs.lost_blocks
-            for pid, rp in rs.partitions.items():
-                entry = shuffle.partitions.get(pid)
-                if entry is None:
-                    entry = shuffle.partitions[pid] = PartitionEntry()
-                f = entry.figures
-                f.disks = rp.disks
-                f.disk_bytes = rp.data_bytes
-                f.total_bytes = rp.data_bytes
-        if rec.lost_blocks:
-            self.log.error("app {} lost {} reported blocks in the restart (acknowledged, only in memory when "
-                           "the server died): {}", self.app_id, rec.lost_blocks,
-                           "; ".join(f"shuffle {sid}: {rs.lost_blocks} blocks of partitions "
-                                     f"{list(rs.lost_partitions[:20])}{' ...' if len(rs.lost_partitions) > 20 else ''}"
-                                     for sid, rs in rec.shuffles.items() if rs.lost_blocks))
+            self.meta.set_home(self.app_id, plan.home)
+            for r in plan.registrations:
+                self.meta.remember_registration(self.app_id, r.shuffle_id, r.epoch, r.record)
+        if plan.lost_blocks:
+            self.log.error("app {} lost {} reported blocks in the restart (acknowledged, only in memory when "  # noqa: PLE1205
+                           "the server died): {}", self.app_id, plan.lost_blocks, plan.lost_summary)
 
     # ------------------------------------------------------------- routing
     def _entry(self, shuffle_id: int, partition_id: int) -> PartitionEntry | None:
         shuffle = self.state.shuffles.get(shuffle_id)
         return shuffle.partitions.get(partition_id) if shuffle is not None else None
 
-    def _deliver(self, shuffle_id: int, partition_id: int, entry: PartitionEntry, msg: Any) -> None:
+    def _deliver(self, shuffle_id: int, partition_id: int, entry: PartitionEntry, msg: PartitionMsg) -> None:
         """Hand ``msg`` to the partition's actor, starting it on its first message."""
         ref = entry.ref
         if ref is not None:
@@ -513,10 +339,12 @@ class AppActor(Supervisor):
             except ActorDeadError:  # it crashed: this actor learns it from its Terminated next
                 abandon(msg, InternalError(f"partition {partition_id} of shuffle {shuffle_id} was lost"))
             return
-        if entry.pending is not None:
-            entry.pending.append(msg)
+        waiting = self._waiting.get(entry)
+        if waiting is not None:
+            waiting.append(msg)
             return
-        entry.pending = [msg]
+        self._waiting[entry] = [msg]
+        entry.starting = True
         self._to_start.append((shuffle_id, partition_id, entry))
         if self._starter is None:
             self._starter = self.spawn(self._start_partitions())
@@ -539,8 +367,8 @@ class AppActor(Supervisor):
                     ref.tell_nowait(PURGE)  # purged while it started: it holds nothing, it just stops
                     continue
                 entry.ref = ref
-                pending, entry.pending = entry.pending or [], None
-                for msg in pending:
+                entry.starting = False
+                for msg in self._waiting.pop(entry, ()):
                     self._deliver(sid, pid, entry, msg)
         finally:
             self._starter = None
@@ -557,7 +385,7 @@ class AppActor(Supervisor):
         """Partitions with an actor (running or starting), of one shuffle or of the app."""
         return [(sid, pid, e) for sid, s in self.state.shuffles.items()
                 if shuffle_id is None or sid == shuffle_id
-                for pid, e in s.partitions.items() if e.ref is not None or e.pending is not None]
+                for pid, e in s.partitions.items() if e.has_actor]
 
     # ------------------------------------------------------------- writes
     def _append(self, msg: AppendBlocks) -> int | asyncio.Future[int]:
@@ -610,8 +438,8 @@ class AppActor(Supervisor):
                 # lowered by a config reload since its last write
                 if entry is not None and (entry.figures.split or entry.figures.total_bytes > threshold):
                     split.add(pid)
-        if split and not self.split_triggered:
-            self.split_triggered = True
+        if split and not self.state.split_triggered:
+            self.state.split_triggered = True
             self.log.warning("app {}: partition split asked for partitions {} of shuffle {} (above "  # noqa: PLE1205
                              "partition_split_threshold)", self.app_id, sorted(split), msg.shuffle_id)
         return tuple(sorted(split))
@@ -640,7 +468,7 @@ class AppActor(Supervisor):
         targets = []
         for sid, pid in keys:
             entry = self._entry(sid, pid)
-            if entry is not None and entry.figures.staging_bytes and (entry.ref is not None or entry.pending):
+            if entry is not None and entry.figures.staging_bytes and entry.has_actor:
                 targets.append((sid, pid, entry))
         if not targets:
             return 0
@@ -678,13 +506,13 @@ class AppActor(Supervisor):
                     self.spawn(self._tell_later(entry.ref, PURGE))
                 except ActorDeadError:
                     pass  # crashed: the app's purge (which its crash causes) releases its memory
-            elif entry.pending is not None:
-                for msg in entry.pending:
+            elif entry.starting:
+                for msg in self._waiting.pop(entry, ()):
                     abandon(msg, gone)
-                entry.pending = None
+                entry.starting = False
 
     @staticmethod
-    async def _tell_later(ref: ActorRef, msg: Any) -> None:
+    async def _tell_later(ref: ActorRef, msg: PartitionMsg) -> None:
         try:
             await ref.tell(msg)
         except ActorDeadError:
@@ -698,34 +526,3 @@ class AppActor(Supervisor):
         self._sends.clear()
         if self.meta is not None:
             self.meta.forget_app(self.app_id)
-
-    # ------------------------------------------------------------- figures
-    def _info(self) -> AppInfo:
-        s = self.state
-        staging, in_flight = s.memory_bytes()
-        shuffles: dict[int, ShuffleInfo] = {}
-        actors = 0
-        for sid, sh in s.shuffles.items():
-            figures = [e.figures for e in sh.partitions.values()]
-            running = sum(1 for e in sh.partitions.values() if e.ref is not None or e.pending is not None)
-            actors += running
-            shuffles[sid] = ShuffleInfo(
-                ranges=sh.range_count,
-                partitions=len(sh.partitions),
-                partition_actors=running,
-                memory_bytes=sum(f.memory_bytes for f in figures),
-                disk_bytes=sum(f.disk_bytes for f in figures),
-                received_bytes=sum(f.total_bytes for f in figures),
-                reported_partitions=len(sh.reported),
-                disks=tuple(sorted({d for f in figures for d in f.disks})),
-                huge_partitions=sum(1 for f in figures if f.huge),
-                huge_partition_bytes=tuple(f.total_bytes for f in figures if f.huge),
-                lost_blocks=sh.lost_blocks,
-                hdfs_bytes=sum(f.hdfs_bytes for f in figures),
-                reported_block_ids=sh.reported.id_count(),
-            )
-        return AppInfo(s.app_id, s.user, s.registered_epoch_ms, s.clock.monotonic() - s.last_seen_monotonic,
-                       shuffles, s.partition_count(), staging + in_flight, in_flight, s.received_bytes(),
-                       actors, self.recovered, sum(sh.lost_blocks for sh in s.shuffles.values()),
-                       self.split_triggered or any(e.figures.split for sh in s.shuffles.values()
-                                                   for e in sh.partitions.values()))

@@ -34,12 +34,12 @@ import bisect
 from array import array
 from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeGuard, TypeVar
+from typing import TypeGuard, TypeVar
 
 from riffle_actors.errors import InvalidRequestError, NoRegisterError
 from riffle_actors.protocol.bitmap import STEP_IDS, BlockIdSetMap, id_array, union_serialize_steps
 from riffle_actors.protocol.errors import ProtocolError
-from riffle_actors.runtime import Clock
+from riffle_actors.runtime import ActorRef, Clock
 from riffle_actors.state.partition import PartitionFigures
 
 T = TypeVar("T")
@@ -117,19 +117,24 @@ class PartitionEntry:
     """A partition's line in the app's size table.
 
     ``figures`` is written by the partition's actor only (``PartitionState``); ``ref`` and
-    ``pending`` by the AppActor only: the actor once started, and until then the messages
-    waiting for it (None when no start is under way).
+    ``starting`` by the AppActor only: the actor once started, and whether a start is under way
+    (the messages waiting for it are the AppActor's, not state).
     """
 
-    __slots__ = ("figures", "pending", "ref", "sequential_read")
+    __slots__ = ("figures", "ref", "sequential_read", "starting")
 
     def __init__(self) -> None:
         self.figures = PartitionFigures()
-        self.ref: Any = None
-        self.pending: list[Any] | None = None
+        self.ref: ActorRef | None = None
+        self.starting = False
         # read whole and in order (a memory read without a task filter came first): Riffle's mark
         # for its sequential read-ahead, ``riffle_actors.state.read_ahead``
         self.sequential_read = False
+
+    @property
+    def has_actor(self) -> bool:
+        """Its PartitionActor runs or is starting."""
+        return self.ref is not None or self.starting
 
 
 class _Batches(Sequence[tuple[int, "array[int]"]]):
@@ -251,6 +256,8 @@ class AppState:
         self.properties: dict[str, str] = {}
         self.purged_received_bytes = 0  # received by shuffles purged since
         self.last_epoch = 0  # epoch of the newest ShuffleState; epochs count from 1
+        self.recovered = False  # rebuilt from disk at the server's start (``riffle_actors.state.app_restore``)
+        self.split_triggered = False  # sticky: a partition was named for a split (one purged since still counts)
 
     # ------------------------------------------------------------- liveness
     def touch(self) -> None:

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from riffle_actors.actors.app import (
-    AppActor,
+from riffle_actors.actors.app import AppActor, PartitionCrashedError
+from riffle_actors.actors.app_messages import (
     AppendBlocks,
     CheckBufferRequest,
     FinishShuffle,
@@ -23,13 +23,12 @@ from riffle_actors.actors.app import (
     GetMemoryData,
     GetPartitionDisks,
     GetSpillCandidates,
-    PartitionCrashedError,
     PurgeShuffle,
     RegisterShuffle,
-    SendTicket,
     SpillPartitions,
 )
 from riffle_actors.actors.memory import GetBudget, MemoryManagerActor
+from riffle_actors.actors.partition import SendTicket
 from riffle_actors.actors.spill import SpillCompleted, SpillJob
 from riffle_actors.errors import HugePartitionBackpressureError, NoRegisterError
 from riffle_actors.records import Block, BlockBatch

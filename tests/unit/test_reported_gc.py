@@ -97,7 +97,7 @@ def test_recovered_and_released_sets_keep_no_tracked_object_each() -> None:
     assert len(sets) == PARTITIONS + 1 and sets.id_count() == PARTITIONS * IDS
     state = AppState("gc_app", ManualClock(), 60.0)
     state.register_shuffle(0, [(0, PARTITIONS)], False)
-    state.shuffles[0].reported.update(sets)  # AppActor._restore
+    state.shuffles[0].reported.update(sets)  # what restore_app does (riffle_actors.state.app_restore)
     assert tracked() - before < BOUND
     assert state.shuffles[0].reported == sets and state.shuffles[0].reported[PARTITIONS] == BlockIdSet()
     del state
