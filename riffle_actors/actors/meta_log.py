@@ -42,8 +42,7 @@ from riffle_actors.actors.storage_messages import AppendMeta, AppPurgedError, Me
 from riffle_actors.errors import InternalError
 from riffle_actors.log import RateLimitedLog
 from riffle_actors.protocol.shuffle_meta import BLOCK_IDS, REGISTER
-from riffle_actors.runtime import ActorDeadError, ActorRef
-from riffle_actors.runtime.clock import Cancellable, Clock, SystemClock
+from riffle_actors.runtime import ActorDeadError, ActorRef, Cancellable, Clock, SystemClock
 from riffle_actors.state.disk_health import DiskHealthBoard
 
 RETRY_FIRST_PAUSE_S = 0.05
