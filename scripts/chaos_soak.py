@@ -533,7 +533,8 @@ class SparkApps:
                 "spark.rss.client.retry.max": "50",
                 "spark.rss.client.retry.interval.max": "5000",
                 "spark.rss.client.rpc.maxAttempts": "10",
-                "spark.rss.client.send.check.timeout.ms": "180000",
+                # the client refuses retry.max x retry.interval.max above send.check.timeout.ms (250 s here)
+                "spark.rss.client.send.check.timeout.ms": "300000",
             })
         return conf
 
