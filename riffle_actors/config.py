@@ -391,6 +391,12 @@ class LocalfileStoreConfig(StrictModel):
         "1G", ge=1 << 20, description="restart recovery reads no shuffle.meta or partition index larger than "
                                          "this (the shuffle or partition counts as lost, logged); a metadata "
                                          "append that would grow a shuffle.meta past it fails")
+    meta_write_retry_timeout_sec: float = Field(
+        30.0, ge=0, le=3600, description="a shuffle metadata record (registerShuffle, reportShuffleResult, a "
+                                         "spill's segment) that every disk failed (read-only, full, EIO) is "
+                                         "tried again, 0.05 s doubling up to 1 s apart, for this long before "
+                                         "the request fails; keep it below the client's rss.client.rpc.timeout.ms "
+                                         "(60 s); 0 = fail at once")
 
     # Riffle's keys (docs/riffle-compat.md)
     write_concurrency_per_disk: int | None = Field(

@@ -478,7 +478,8 @@ class ShuffleServer:
         for res in self._disk_resources.values():
             res.monitor = self.disk_monitor  # Disk actors report IO failures from now on
         # the durable shuffle metadata (registrations, reported ids, segments) of every app
-        self.meta_log = meta_log = ShuffleMetaLog(self.disks, self.disk_health)
+        self.meta_log = meta_log = ShuffleMetaLog(self.disks, self.disk_health, clock=self.clock,
+                                                  retry_timeout_s=ls.meta_write_retry_timeout_sec)
         apps_table = ChildTable()  # the AppActors outlive a crash of their supervisor
         apps_sup = await system.start_child(None, ChildSpec("apps", lambda: Supervisor(
             "apps", max_restarts=1000, within_s=1.0, clock=self.clock, table=apps_table)))

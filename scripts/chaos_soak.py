@@ -71,6 +71,7 @@ FAULT_KINDS = (
 )
 DEFAULT_JOBS = ("rdd_basic", "groupby_agg", "join", "skew", "sort", "multistage_aqe_on")
 JOBS_PER_APP = 3
+TASK_ATTEMPTS = 4  # spark.task.maxFailures' default on a cluster; local[2,4] gives a task as many here
 EXIT_TARGET_FAILED, EXIT_PREREQ, EXIT_NOT_MEASURED = 1, 2, 3
 
 # Integrity accounting (docs/faults.md "Integrity"): the corrupt blocks each server's disk scrubber found
@@ -88,8 +89,8 @@ def server_main(argv: list[str]) -> int:
     """``chaos_soak.py _server --fault-dir D -c CONFIG --port-file F``: riffle-server with FaultyLocalIO disks.
 
     Every 0.2 s the server looks for ``D/*.cmd`` (JSON): ``{"op": "append_batch", "errno": 5, "times": 3}``
-    arms a rule on every disk, ``{"heal": true}`` removes them; each command file is renamed ``*.done`` and
-    ``D/hits.json`` holds how often the rules fired."""
+    arms a rule on every disk (``"disk": "<data path>"``: on that disk only), ``{"heal": true}`` removes
+    them; each command file is renamed ``*.done`` and ``D/hits.json`` holds how often the rules fired."""
     from riffle_actors.config import load_config
     from riffle_actors.daemon import run_daemon
     from riffle_actors.io.faults import FaultyLocalIO
@@ -114,7 +115,9 @@ def server_main(argv: list[str]) -> int:
                 except (OSError, ValueError):
                     continue
                 cmd.rename(cmd.with_suffix(".done"))
-                for io in faulty.values():
+                for name, io in faulty.items():
+                    if spec.get("disk") not in (None, name):
+                        continue
                     if spec.get("heal"):
                         hits.update({r.op: r.hits for r in io.rules})
                         io.heal()
@@ -239,6 +242,18 @@ def http_text(url: str, timeout: float = 3.0) -> str:
         return r.read().decode("utf-8", "replace")
 
 
+def metric_samples(url: str) -> dict[str, list[float]]:
+    """riffle_* samples by name, every label set ({} when the server does not answer)."""
+    from tests.helpers import parse_metrics
+
+    try:
+        text = http_text(url + "/metrics")
+    except OSError:
+        return {}
+    return {name: [v for _labels, v in samples] for name, samples in parse_metrics(text).items()
+            if name.startswith("riffle_")}
+
+
 def metrics(url: str) -> dict[str, float]:
     """riffle_* samples summed over their labels, by name ({} when the server does not answer)."""
     from tests.helpers import parse_metrics
@@ -321,12 +336,12 @@ def tail(path: Path, n: int = 3000) -> str:
 
 
 class Cluster:
-    def __init__(self, root: Path, n_servers: int, server_memory: str, disk_size: str):
+    def __init__(self, root: Path, n_servers: int, server_memory: str, disk_size: str, disks: int = 2):
         self.root = root
         self.mounts: list[Path] = []
         self.coords: list[Proc] = []
         self.servers: list[Proc] = []
-        self.data: list[Path] = []
+        self.data: list[list[Path]] = []  # per server: its data paths, each a tmpfs of its own
         self.fault_dirs: list[Path] = []
         cports = [(free_port(), free_port()) for _ in range(2)]
         quorum = [f"127.0.0.1:{g}" for g, _ in cports]
@@ -344,10 +359,11 @@ class Cluster:
                                                             "--config", str(cfg)], wd, g, h))
         for i in range(n_servers):
             wd = root / f"server{i + 1}"
-            data, faults = wd / "data", wd / "faults"
-            data.mkdir(parents=True)
+            data, faults = [wd / f"data{d + 1}" for d in range(disks)], wd / "faults"
+            for path in data:
+                path.mkdir(parents=True)
+                self._mount(path, disk_size)
             faults.mkdir()
-            self._mount(data, disk_size)
             g, h = free_port(), free_port()
             cfg = wd / "server.toml"
             cfg.write_text(f"""\
@@ -363,7 +379,7 @@ capacity = {json.dumps(server_memory)}
 buffer_ticket_timeout_sec = 30
 
 [localfile_store]
-data_paths = [{json.dumps(str(data))}]
+data_paths = {json.dumps([str(x) for x in data])}
 disk_healthy_check_interval_sec = 2
 disk_probe_timeout_sec = 2.0
 disk_probation_probes = 2
@@ -431,7 +447,10 @@ level = "INFO"
             if not want <= {"-" + i.rsplit("-", 1)[-1] for i in self.active(c)}:
                 return False
         for s in self.servers:
-            if metrics(s.http).get("riffle_server_healthy", 0) != 1:
+            m = metric_samples(s.http)
+            if m.get("riffle_server_healthy", [0])[0] != 1:
+                return False
+            if any(v != 1 for v in m.get("riffle_disk_healthy", [0])):  # a quarantined disk is re-admitted
                 return False
         return True
 
@@ -480,9 +499,11 @@ class SparkApps:
         conf = base_conf(run_dir / "spark-local")
         (run_dir / "spark-local").mkdir(parents=True)
         (run_dir / "events").mkdir()
-        # local[2,8]: a failed task is tried 8 times (plain local[N] gives up on the first failure); the
-        # Uniffle client refuses attempt numbers from spark.task.maxFailures on, so that is 8 as well
-        conf.update({"spark.master": "local[2,8]", "spark.task.maxFailures": "8", "spark.eventLog.enabled": "true",
+        # local[2,4]: a failed task gets 4 attempts, as on a cluster (spark.task.maxFailures defaults to 4
+        # there; plain local[N] gives a task one attempt). The Uniffle client refuses attempt numbers from
+        # spark.task.maxFailures on, so that is set to the same 4.
+        conf.update({"spark.master": f"local[2,{TASK_ATTEMPTS}]", "spark.task.maxFailures": str(TASK_ATTEMPTS),
+                     "spark.eventLog.enabled": "true",
                      "spark.eventLog.dir": f"file://{run_dir / 'events'}", "spark.eventLog.compress": "false"})
         if not vanilla:
             from tests.e2e.conftest import rss_conf
@@ -495,16 +516,25 @@ class SparkApps:
                 "spark.rss.data.replica": "2", "spark.rss.data.replica.write": "2",
                 "spark.rss.data.replica.read": "1",
                 "spark.rss.client.assignment.shuffle.nodes.max": str(len(self.cluster.servers)),
-                # closer to the production retries than the e2e suite's fail-fast ones: a restart of a
-                # server (a few seconds down) is within the send retries
-                # a shuffle registered while an assigned server is down: ask the coordinator again (by then
-                # it dropped the dead server) for up to ~15 s
+                # The 0.9.2 client's retries, sized beyond the worst outage of a server (hold <= 6 s, a
+                # graceful stop <= 5 s, a restart with recovery; docs/faults.md "Client settings"):
+                # - a send (requireBuffer + sendShuffleData) is tried rpc.maxAttempts times,
+                #   retry.interval.max apart: 9 x 5 s = 45 s (the defaults 3 x 10 s give 20 s); within an
+                #   attempt, NO_BUFFER is retried retry.max / rpc.maxAttempts = 5 times with a back-off
+                #   capped at retry.interval.max;
+                # - reportShuffleResult and getShuffleResult are retried rpc.maxAttempts times at once (no
+                #   pause) and not at all on an error status: a report to a server that is down fails the
+                #   task attempt, the next attempt's sends wait for the server;
+                # - registerShuffle on an assigned server that is down: the driver asks the coordinator
+                #   again, assignment.retry.times x assignment.retry.interval (the coordinator drops a
+                #   silent server after its heartbeat_timeout_sec, 4 s here)
                 "spark.rss.client.assignment.retry.times": "5",
                 "spark.rss.client.assignment.retry.interval": "3000",
-                "spark.rss.client.retry.max": "30",
-                "spark.rss.client.retry.interval.max": "2000",
+                "spark.rss.client.retry.max": "50",
+                "spark.rss.client.retry.interval.max": "5000",
                 "spark.rss.client.rpc.maxAttempts": "10",
-                "spark.rss.client.send.check.timeout.ms": "120000",
+                # the client refuses retry.max x retry.interval.max above send.check.timeout.ms (250 s here)
+                "spark.rss.client.send.check.timeout.ms": "300000",
             })
         return conf
 
@@ -580,6 +610,7 @@ class Report:
     integrity: dict = field(default_factory=dict)
     oracle_problem: str = ""
     errors: list[str] = field(default_factory=list)
+    failure_details: dict[str, str] = field(default_factory=dict)  # failed job -> its exception lines
 
 
 class Soak:
@@ -588,7 +619,7 @@ class Soak:
         self.root = root
         self.schedule = draw_schedule(args.seed, args.duration, args.servers, args.fault_gap, tuple(args.faults))
         self.report = Report(args.seed, args.duration, [f.describe() for f in self.schedule])
-        self.cluster = Cluster(root / "cluster", args.servers, args.server_memory, args.disk_size)
+        self.cluster = Cluster(root / "cluster", args.servers, args.server_memory, args.disk_size, args.disks)
         self.spark = SparkApps(root / "spark", self.cluster, jar, args.job_timeout)
         self.jobs = list(args.jobs)
         self.apps: list[App] = []
@@ -602,8 +633,9 @@ class Soak:
     # --------------------------------------------------------------------- run
     def run(self) -> Report:
         rep = self.report
-        print(f"[soak] seed {self.args.seed}, duration {self.args.duration:.0f} s, {self.args.servers} servers, "
-              f"replica 2 (write 2, read 1); schedule ({len(self.schedule)} faults):", flush=True)
+        print(f"[soak] seed {self.args.seed}, duration {self.args.duration:.0f} s, {self.args.servers} servers "
+              f"with {self.args.disks} data paths each, replica 2 (write 2, read 1), {TASK_ATTEMPTS} task "
+              f"attempts; schedule ({len(self.schedule)} faults):", flush=True)
         for line in rep.schedule:
             print(f"[soak]   {line}", flush=True)
         # the oracle runs while the soak starts; results are compared once it is done
@@ -703,7 +735,8 @@ class Soak:
                 tag = f"app{app.index:03d}/{name}"
                 if not j or "error" in j:
                     why = (j or {}).get("error", f"no result (exit {app.proc.returncode})")
-                    rep.jobs_failed.append(f"{tag}: {why.splitlines()[0] if why else '?'}")
+                    rep.jobs_failed.append(f"{tag}: {failure_cause(why)}")
+                    rep.failure_details[tag] = why.split("--- traceback ---")[0].strip()[:6000]
                     continue
                 self.to_compare.append((tag, name, j))
             self.compare()
@@ -758,9 +791,11 @@ class Soak:
             elif f.kind == "disk_eio":
                 fd = c.fault_dirs[f.target]
                 times = rng.randint(2, 6)
+                disk = c.data[f.target][rng.randrange(len(c.data[f.target]))]
+                entry["disk"] = disk.name
                 for op in ("append_batch", "append_meta", "read_index", "read_data"):
                     (fd / f"{time.time_ns()}-{op}.cmd").write_text(
-                        json.dumps({"op": op, "errno": errno.EIO, "times": times}))
+                        json.dumps({"op": op, "errno": errno.EIO, "times": times, "disk": str(disk)}))
                 entry["times_per_op"] = times
                 try:
                     self.hold(f.hold)
@@ -772,17 +807,21 @@ class Soak:
                 self.hold(5, until=lambda: not list(fd.glob("*.cmd")))
                 entry["hits"] = read_json(fd / "hits.json")
             elif f.kind == "disk_readonly":
+                disk = c.data[f.target][rng.randrange(len(c.data[f.target]))]
+                entry["disk"] = disk.name
                 try:
-                    c.remount(c.data[f.target], "ro")
+                    c.remount(disk, "ro")
                     self.hold(f.hold)
                 finally:
                     undo = time.monotonic()
-                    c.remount(c.data[f.target], "rw")
+                    c.remount(disk, "rw")
             elif f.kind == "disk_full":
-                filler = c.data[f.target] / ".chaos-filler"
+                disk = c.data[f.target][rng.randrange(len(c.data[f.target]))]
+                entry["disk"] = disk.name
+                filler = disk / ".chaos-filler"
                 try:
                     fill(filler)
-                    entry["free_bytes"] = shutil.disk_usage(c.data[f.target]).free
+                    entry["free_bytes"] = shutil.disk_usage(disk).free
                     self.hold(f.hold)
                 finally:  # undone even when something above failed
                     undo = time.monotonic()
@@ -847,23 +886,24 @@ class Soak:
             time.sleep(0.2)
 
     def spilled_files(self, server: int) -> list[tuple[int, str]]:
-        """(size, path) of the non-empty spilled data files of running applications on ``server``."""
-        data = self.cluster.data[server]
+        """(size, path) of the non-empty spilled data files of running applications on ``server`` (every
+        data path)."""
         files = []
-        for dirpath, _dirs, names in os.walk(data):
-            app = Path(dirpath).relative_to(data).parts[:1]
-            for n in names:
-                p = Path(dirpath) / n
-                if n.startswith("partition-") and n.endswith(".data") and app and any(
-                        app[0].startswith(a) for a in self.live_app_ids):
-                    with contextlib.suppress(OSError):
-                        if p.stat().st_size > 0:
-                            files.append((p.stat().st_size, str(p)))
+        for data in self.cluster.data[server]:
+            for dirpath, _dirs, names in os.walk(data):
+                app = Path(dirpath).relative_to(data).parts[:1]
+                for n in names:
+                    p = Path(dirpath) / n
+                    if n.startswith("partition-") and n.endswith(".data") and app and any(
+                            app[0].startswith(a) for a in self.live_app_ids):
+                        with contextlib.suppress(OSError):
+                            if p.stat().st_size > 0:
+                                files.append((p.stat().st_size, str(p)))
         return sorted(files)
 
     def flip(self, server: int, rng: random.Random) -> dict:
         """Flip one bit in each of up to 3 spilled data files of running apps on ``server`` (the largest)."""
-        data = self.cluster.data[server]
+        root = self.cluster.servers[server].workdir
         files = self.spilled_files(server)[-3:]
         flipped = []
         for size, path in files:
@@ -873,7 +913,7 @@ class Soak:
                 b = fh.read(1)
                 fh.seek(off)
                 fh.write(bytes([b[0] ^ (1 << rng.randrange(8))]))
-            flipped.append({"file": str(Path(path).relative_to(data)), "offset": off})
+            flipped.append({"file": str(Path(path).relative_to(root)), "offset": off})
         return {"flipped": flipped, "candidates": len(files)}
 
     # --------------------------------------------------------------------- integrity accounting
@@ -881,7 +921,7 @@ class Soak:
         """Wait (at most ``DETECT_TIMEOUT_S``) until the server's scrubbers count one corrupt block more than
         ``before`` per flipped file (faults run one at a time: no restart resets the counter meanwhile). A
         flipped file the server purged meanwhile (its app ended) can be served to nobody: not a miss."""
-        http, data = self.cluster.servers[server].http, self.cluster.data[server]
+        http, data = self.cluster.servers[server].http, self.cluster.servers[server].workdir
         start = time.monotonic()
         found = 0.0
         while time.monotonic() - start < DETECT_TIMEOUT_S:
@@ -916,6 +956,18 @@ def integrity_accounting(server_metrics: list[dict[str, float]], bit_flips: list
     refused = sum(m.get(CORRUPT_READS_REFUSED_METRIC, 0) for m in have)
     return {"measured": True, "flips": flips, "detected": detected, "purged_before_scrub": purged,
             "missed": missed, "reads_refused": refused, "ok": missed == 0}
+
+
+def failure_cause(error: str) -> str:
+    """A failed job's error (``spark_job.error_text``: the exception lines first) in one line: the first
+    line, and the deepest line naming the shuffle client (its RssException) or else the last 'Caused by'."""
+    lines = [x.strip() for x in error.split("--- traceback ---")[0].splitlines() if x.strip()]
+    if not lines:
+        return "?"
+    rss = [x for x in lines[1:] if "rss" in x.lower() or "uniffle" in x.lower() or "shuffle" in x.lower()]
+    caused = [x for x in lines[1:] if x.startswith("Caused by:")]
+    cause = (rss or caused or [""])[-1]
+    return f"{lines[0]}" + (f" | {cause[:300]}" if cause else "")
 
 
 def server_apps(http: str) -> list[dict]:
@@ -1000,7 +1052,9 @@ def print_report(rep: Report) -> int:
     print(f"faults injected: {sum(rep.faults.values())} " + json.dumps(dict(sorted(rep.faults.items()))))
     print(f"jobs failed: {len(rep.jobs_failed)}")
     for x in rep.jobs_failed:
-        print(f"    {x[:300]}")
+        print(f"    {x[:600]}")
+        for line in rep.failure_details.get(x.split(":", 1)[0], "").splitlines()[1:8]:
+            print(f"        {line[:300]}")
     print(f"results differing from sort shuffle: {len(rep.results_differ)}")
     for x in rep.results_differ:
         print(f"    {x[:300]}")
@@ -1049,15 +1103,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--server-memory", default="4M",
                     help="each server's memory_store capacity (default 4M; spills start at a quarter of it, "
                          "so the jobs' shuffles reach the disks)")
-    ap.add_argument("--disk-size", default="256m", help="each server's tmpfs data path (default 256m)")
+    ap.add_argument("--disk-size", default="256m", help="size of each tmpfs data path (default 256m)")
+    ap.add_argument("--disks", type=int, default=2,
+                    help="data paths per server, each a tmpfs of its own (default 2; a disk fault hits one)")
     ap.add_argument("--pressure-apps", type=int, default=40, help="apps per memory_pressure fault (default 40)")
     ap.add_argument("--workdir", help="keep everything here (default: a temp dir, removed at the end)")
     ap.add_argument("--json", help="write the figures here as JSON")
     ap.add_argument("--print-schedule", action="store_true", help="print the schedule and exit")
     a = ap.parse_args(argv)
     unknown = set(a.faults) - set(FAULT_KINDS)
-    if unknown or a.servers < 3:
-        ap.error(f"unknown fault kinds {sorted(unknown)}" if unknown else "--servers must be at least 3")
+    if unknown or a.servers < 3 or a.disks < 1:
+        ap.error(f"unknown fault kinds {sorted(unknown)}" if unknown else
+                 "--servers must be at least 3" if a.servers < 3 else "--disks must be at least 1")
     from tests.e2e.spark_job import CORE
 
     if set(a.jobs) - set(CORE):

@@ -1,14 +1,13 @@
 """The chaos soak, short: ``scripts/chaos_soak.py`` for ~2 minutes with a fixed seed (issue 21, part 2).
 
-A coordinator pair and three servers (tmpfs data paths), Spark applications of the e2e job set with
-``spark.rss.data.replica=2`` (write 2, read 1) back to back, and a schedule that, for this seed and gap,
-injects every fault kind at least once (checked on the printed schedule first, without Spark). The run
-must end with 0 failed jobs, 0 results differing from Spark's sort shuffle, every kill's loss reported,
-every fault injected and undone, and the script's exit status 0 -- or 3 when the only target it could not
-measure is the bit-flip accounting (no server exports a corrupt-block counter yet; exit 3 is "not
-measured", never a pass of that target). Needs root, java, pyspark 3.5 and the client jar: without them
-the e2e conftest skips, which ``RIFFLE_TESTS_REQUIRE_ALL=1`` (CI) turns into a failure; without root the
-test skips the same way. About 3.5 minutes on 2 quiet cores.
+A coordinator pair and three servers (two tmpfs data paths each), Spark applications of the e2e job set
+with ``spark.rss.data.replica=2`` (write 2, read 1) and 4 task attempts back to back, and a schedule that,
+for this seed and gap, injects every fault kind at least once (checked on the printed schedule first,
+without Spark). The run must end with 0 failed jobs, 0 results differing from Spark's sort shuffle, every
+kill's loss reported, every flipped block found by a scrubber, every fault injected and undone, and the
+script's exit status 0. Needs root, java, pyspark 3.5 and the client jar: without them the e2e conftest
+skips, which ``RIFFLE_TESTS_REQUIRE_ALL=1`` (CI) turns into a failure; without root the test skips the
+same way. About 3.5 minutes on 2 quiet cores.
 """
 
 from __future__ import annotations
@@ -82,11 +81,9 @@ def test_short_chaos_soak_with_replica_2(tmp_path: Path) -> None:
         "server_sigkill", "server_sigterm", "disk_eio", "disk_readonly", "disk_full", "bit_flip",
         "coordinator_sigkill", "memory_pressure"}, log
     assert not fig["errors"], log
-    # A job may fail loudly under these faults (replica 2/2/1 on servers with one data path each: an
-    # outage or a refusing disk longer than the client's retries; docs/faults.md "The chaos soak"): the
-    # 30-minute run counts them against the target. What must never happen is checked here: a wrong
-    # result, an unreported loss, a flipped block that no scrubber finds, a fault left in place.
-    assert len(fig["jobs_failed"]) < fig["jobs_run"], log
+    # replica 2/2/1, two data paths per server, 4 task attempts and client retries beyond a server's
+    # outage (docs/faults.md "Settings, and which gives which guarantee"): no job fails
+    assert not fig["jobs_failed"], log
     assert not fig["results_differ"], log
     assert all(x["reported"] for x in fig["losses"]), log
     for line in ("jobs run:", "faults injected:", "jobs failed: 0", "results differing from sort shuffle: 0",
@@ -95,7 +92,7 @@ def test_short_chaos_soak_with_replica_2(tmp_path: Path) -> None:
     # every flipped byte found by the servers' scrubbers (riffle_scrub_corrupt_blocks_total)
     assert fig["integrity"].get("measured"), log
     assert fig["integrity"]["ok"], log
-    assert p.returncode == (1 if fig["jobs_failed"] else 0), log  # 1: the failed-jobs target only
+    assert p.returncode == 0, log
     # nothing left behind: no mount under the run's directory, no process started there
     mounts = Path("/proc/mounts").read_text()
     assert str(work) not in mounts, mounts
