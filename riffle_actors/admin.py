@@ -275,7 +275,7 @@ class AdminService:
                               for sid, sh in i.shuffles.items()}} for i in infos]
 
     def _integrity_fields(self, app_id: str) -> dict[str, int]:
-        """``corrupt_blocks`` (found on disk by a scrubber), ``corrupt_reads_refused``, ``refused_blocks``
+        """``corrupt_blocks`` (found on disk by a scrubber or the read crc check), ``corrupt_reads_refused``, ``refused_blocks``
         (refused at ingest for a crc mismatch) and ``repaired_blocks`` (of those, resent intact)."""
         a = self.integrity.app(app_id) if self.integrity is not None else None
         if a is None:

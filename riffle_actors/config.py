@@ -444,6 +444,11 @@ class LocalfileStoreConfig(StrictModel):
                                 "check every block's CRC (charged to io_limiter too, when set); 0 = no scrubbing")
     scrub_interval_sec: float = Field(
         300.0, gt=0, description="pause between two scrub passes over a disk's data files")
+    read_crc_check_enable: bool = Field(
+        True, description="check every whole block of a local data range being served against its index "
+                          "record's CRC before it is sent (read once on the disk's reader pool, the same bytes "
+                          "sent: urpc then serves from memory, not by sendfile); a mismatch refuses the read "
+                          "like a block the scrubber found corrupt, and records the block (not a Riffle key)")
     read_ahead_options: ReadAheadConfig | None = Field(
         None, description="read-ahead of data files for apps that ask for it (unset = off)")
     disk_read_ahead_threads: int = Field(

@@ -459,13 +459,22 @@ class Metrics:
             "riffle_server_crc_checked_bytes", "block bytes whose crc was checked on arrival", registry=r)
         self.corrupt_reads_refused = Counter(
             "riffle_server_corrupt_reads_refused", "getLocalShuffleData requests refused because the range holds "
-            "a block the scrubber found corrupt", registry=r)
+            "a block the scrubber (or the read crc check) found corrupt", registry=r)
         self.scrub_bytes = Counter("riffle_scrub_bytes", "data file bytes re-read and checked by the scrubber",
                                    ["disk"], registry=r)
         self.scrub_blocks = Counter("riffle_scrub_blocks", "blocks checked by the scrubber", ["disk"], registry=r)
         self.scrub_corrupt_blocks = Counter(
             "riffle_scrub_corrupt_blocks", "blocks the scrubber found corrupt (bytes do not match the index crc)",
             ["disk"], registry=r)
+        self.read_crc_checked_bytes = Counter(
+            "riffle_read_crc_checked_bytes", "bytes of local data reads checked against their index crc before "
+            "they were served ([localfile_store] read_crc_check_enable)", ["disk"], registry=r)
+        self.read_crc_checked_blocks = Counter(
+            "riffle_read_crc_checked_blocks", "blocks of local data reads checked against their index crc",
+            ["disk"], registry=r)
+        self.read_crc_corrupt_blocks = Counter(
+            "riffle_read_crc_corrupt_blocks", "blocks the read crc check found corrupt (their read is refused, "
+            "they count in corrupt_blocks as the scrubber's finds do)", ["disk"], registry=r)
         self.scrub_passes = Counter("riffle_scrub_passes", "scrub passes completed over a disk's data files",
                                     ["disk"], registry=r)
         self.snapshot = StateSnapshot()
@@ -532,6 +541,11 @@ class Metrics:
         self.scrub_blocks.labels(disk).inc(blocks)
         if corrupt:
             self.scrub_corrupt_blocks.labels(disk).inc(corrupt)
+
+    def on_read_checked(self, disk: str, nbytes: int, blocks: int) -> None:
+        if blocks:
+            self.read_crc_checked_bytes.labels(disk).inc(nbytes)
+            self.read_crc_checked_blocks.labels(disk).inc(blocks)
 
     def on_scrub_pass(self, disk: str) -> None:
         self.scrub_passes.labels(disk).inc()

@@ -60,7 +60,6 @@ from riffle_actors.actors.app_manager import (
 )
 from riffle_actors.actors.disk import DiskActor, DiskReadAhead, DiskResources, DiskThrottle, RetryFailedPurges
 from riffle_actors.actors.disk_monitor import DiskMonitorActor
-from riffle_actors.actors.scrub import ScrubSettings
 from riffle_actors.actors.hdfs_writer import (
     AllowedRemoteStorages,
     HdfsResources,
@@ -75,6 +74,7 @@ from riffle_actors.actors.heartbeat import (
 )
 from riffle_actors.actors.memory import AttachAppManager, ExpireTickets, MemoryManagerActor, SetWatermarks
 from riffle_actors.actors.meta_log import ShuffleMetaLog
+from riffle_actors.actors.scrub import ScrubSettings
 from riffle_actors.actors.spill import SpillBacklog, SpillDispatcherActor
 from riffle_actors.actors.storage_messages import RunProbeRound
 from riffle_actors.admin import AdminService, HealthRules, ServerIdentity
@@ -440,9 +440,10 @@ class ShuffleServer:
                 scrub=ScrubSettings(ls.scrub_rate, ls.scrub_interval_sec) if ls.scrub_rate > 0 else None,
                 on_scrub_checked=self.metrics.on_scrub_checked, on_scrub_pass=self.metrics.on_scrub_pass,
                 index_check=ls.index_consistency_detection_enable,
+                read_crc_check=ls.read_crc_check_enable, on_read_checked=self.metrics.on_read_checked,
                 on_index_inconsistent=partial(_count_index_inconsistency, self.metrics, path),
                 read_ahead=read_ahead)
-            for name in ("scrub_bytes", "scrub_blocks", "scrub_corrupt_blocks", "scrub_passes"):
+            for name in ("scrub_bytes", "scrub_blocks", "scrub_corrupt_blocks", "scrub_passes", "read_crc_corrupt_blocks"):
                 getattr(self.metrics, name).labels(path)  # the series exist (at 0) from the start
             spec = ChildSpec(f"disk:{path}", partial(DiskActor, path, path, resources=res))
             self.disks.append((path, await system.start_child(storage, spec)))

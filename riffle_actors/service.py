@@ -18,8 +18,10 @@ Integrity (docs/faults.md "Integrity"): with ``[app_config] block_crc_check_enab
 send is checked against its ``crc`` (``riffle_actors.protocol.crc``; on a thread above 8 MiB) before
 its ticket is taken; a mismatch refuses the whole send (``BlockCorruptError``, INTERNAL_ERROR naming
 the block, which the client resends) and gives the ticket back. A local read of a range holding a
-block a scrubber found corrupt is refused the same way (the client reads another replica). Both are
-counted in the ``IntegrityLedger`` (per app) and the metrics.
+block a scrubber found corrupt is refused the same way (the client reads another replica), and so is
+one whose bytes the disk's read CRC check (``[localfile_store] read_crc_check_enable``) finds do not
+match their index records as it reads them (the blocks are then recorded as a scrubber's finds are).
+All are counted in the ``IntegrityLedger`` (per app) and the metrics.
 
 It owns no state: the actors do. It holds their refs and the read-only ``AppDirectory``.
 
@@ -51,7 +53,13 @@ from riffle_actors.actors.app_messages import (
 from riffle_actors.actors.hdfs_writer import AllowedRemoteStorages, RegisterRemoteStorage
 from riffle_actors.actors.memory import CommitTicket, RequireBuffer, TakeTicket
 from riffle_actors.actors.partition import SendTicket
-from riffle_actors.actors.storage_messages import DiskIOError, ReadAheadHint, ReadData, ReadIndex
+from riffle_actors.actors.storage_messages import (
+    CorruptRange,
+    DiskIOError,
+    ReadAheadHint,
+    ReadData,
+    ReadIndex,
+)
 from riffle_actors.errors import (
     BlockCorruptError,
     InternalError,
@@ -71,7 +79,7 @@ from riffle_actors.records import Block, BlockBatch
 from riffle_actors.runtime import ActorDeadError, ActorRef
 from riffle_actors.state.buffer import BLOCK_OVERHEAD_BYTES
 from riffle_actors.state.disk_health import DiskHealthBoard
-from riffle_actors.state.integrity import IntegrityLedger
+from riffle_actors.state.integrity import CorruptBlock, IntegrityLedger
 
 
 @dataclass(frozen=True, slots=True)
@@ -393,20 +401,25 @@ class ShuffleService:
             return b""
         corrupt = self.integrity.corrupt_in(app_id, shuffle_id, partition_id, disk, offset, length)
         if corrupt is not None:
-            self.integrity.on_read_refused(app_id)
-            self.metrics.corrupt_reads_refused.inc()
-            raise BlockCorruptError(
-                f"block {corrupt.block_id} at offset {corrupt.offset} of partition {partition_id}'s data file on "
-                f"disk {disk} is corrupt (its bytes have crc {corrupt.actual}, its index record says "
-                f"{corrupt.expected}; found by the scrubber); read another replica")
+            self._refuse_corrupt(app_id, partition_id, disk, corrupt)
         hint = None
         if plan.read_ahead is not None:
             hint = ReadAheadHint(client=plan.read_ahead, sequential=plan.sequential, task_attempt_id=task_attempt_id,
                                  next_segments=tuple(next_segments))
         data = await self._ask_disk(disk, ReadData(app_id=app_id, shuffle_id=shuffle_id, partition_id=partition_id,
                                                    offset=offset, length=length, as_file=as_file, read_ahead=hint))
+        if isinstance(data, CorruptRange):  # the read CRC check found them: recorded as the scrubber's finds are
+            new = self.integrity.on_read_checked(app_id, shuffle_id, partition_id, disk, data.blocks)
+            if new:
+                self.metrics.read_crc_corrupt_blocks.labels(disk).inc(new)
+            self._refuse_corrupt(app_id, partition_id, disk, data.blocks[0])
         self.metrics.read_local_bytes.inc(length)
         return data
+
+    def _refuse_corrupt(self, app_id: str, partition_id: int, disk: str, corrupt: CorruptBlock) -> NoReturn:
+        self.integrity.on_read_refused(app_id)
+        self.metrics.corrupt_reads_refused.inc()
+        raise BlockCorruptError(IntegrityLedger.refusal(corrupt, partition_id, disk))
 
     async def _ask_disk(self, disk: str, msg):
         """A read on one disk; every failure becomes an error status naming the disk, never partial data."""

@@ -229,6 +229,7 @@ def run_client(index: int, port: int, urpc_port: int, args: dict, go_write, go_r
             await asyncio.get_running_loop().run_in_executor(None, go_read.wait)
             read_lat: list[float] = []
             read_bytes = 0
+            local_bytes = 0  # of read_bytes, read from local files (index + data segments)
             bad = 0
             r0 = time.time()
             t1 = time.perf_counter()
@@ -263,7 +264,7 @@ def run_client(index: int, port: int, urpc_port: int, args: dict, go_write, go_r
                 return d.data
 
             async def read_partition(p: int) -> None:
-                nonlocal read_bytes, bad
+                nonlocal read_bytes, local_bytes, bad
                 conn = conns[p % len(conns)] if conns else None
                 got: set[int] = set()
                 last = -1
@@ -294,6 +295,7 @@ def run_client(index: int, port: int, urpc_port: int, args: dict, go_write, go_r
                         if e.block_id not in got:
                             got.add(e.block_id)
                             read_bytes += e.length
+                            local_bytes += e.length
                             bad += data[pos:pos + e.length] != pool[expected[p][e.block_id]]
                         pos += e.length
                     seg_start = seg_end
@@ -307,7 +309,8 @@ def run_client(index: int, port: int, urpc_port: int, args: dict, go_write, go_r
 
             await asyncio.gather(*(guarded(p) for p in range(partitions)))
             read_s = time.perf_counter() - t1
-            result_q.put(("read", index, {"read_bytes": read_bytes, "read_start": r0, "read_end": r0 + read_s,
+            result_q.put(("read", index, {"read_bytes": read_bytes, "local_bytes": local_bytes,
+                                          "read_start": r0, "read_end": r0 + read_s,
                                           "read_lat": read_lat, "bad": bad}))
         for c in conns:
             await c.close()
@@ -373,10 +376,14 @@ def run_clients(label: str, server_pid: int, port: int, urpc_port: int, args: di
                "send_lat": [x for w in written for x in w[2]["send_lat"]],
                "write_cpu_s": sum(c1) - sum(c0), "write_sys_s": c1[1] - c0[1], "client_write_cpu_s": k1 - k0}
         if args["read_back"]:
+            if args.get("read_local"):
+                wait_spilled(server_pid)
+                c1 = measure(server_pid)
             go_read.set()
             reads = [q.get(timeout=3600) for _ in range(n)]
             c2 = measure(server_pid)
             out.update({"read_bytes": sum(r[2]["read_bytes"] for r in reads),
+                        "local_bytes": sum(r[2]["local_bytes"] for r in reads),
                         "read_s": max(r[2]["read_end"] for r in reads) - min(r[2]["read_start"] for r in reads),
                         "read_lat": [x for r in reads for x in r[2]["read_lat"]],
                         "read_cpu_s": sum(c2) - sum(c1), "read_sys_s": c2[1] - c1[1],
@@ -389,6 +396,27 @@ def run_clients(label: str, server_pid: int, port: int, urpc_port: int, args: di
             if p.is_alive():
                 p.kill()
                 p.join(10)
+
+
+HTTP_PORTS: dict[int, int] = {}  # server pid -> its HTTP port (from the port file)
+
+
+def wait_spilled(server_pid: int, timeout_s: float = 600) -> None:
+    """``--read-local``: wait until the server has no spill in flight or waiting (its /metrics), so the read
+    phase measures reads only and finds the data in local files."""
+    import urllib.request
+
+    url = f"http://127.0.0.1:{HTTP_PORTS[server_pid]}/metrics"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        text = urllib.request.urlopen(url, timeout=10).read().decode()
+        values = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
+                  if line.startswith(("riffle_memory_in_flight_bytes ", "riffle_spill_pending_jobs ",
+                                      "riffle_spill_running_jobs "))}
+        if values and not any(values.values()):
+            return
+        time.sleep(0.2)  # a benchmark's poll of another process, not a test
+    raise SystemExit("the server's spills did not finish")
 
 
 def parse_variant(text: str) -> tuple[str, dict[str, dict[str, str]]]:
@@ -433,6 +461,7 @@ def start_server(work: Path, name: str, capacity: str, transport: str, env_extra
             raise SystemExit(f"server did not start; log: {work / (name + '.log')}")
         time.sleep(0.05)
     ports = json.loads(port_file.read_text())
+    HTTP_PORTS[server.pid] = ports["http_port"]
     if workers:
         if workers == 1:
             targets = [(ports["grpc_port"], ports.get("urpc_port", 0))]
@@ -522,6 +551,11 @@ def main() -> int:
     ap.add_argument("--variant", action="append", default=[],
                     help="NAME[:section.key=value,...]: a server config to compare (repeatable; runs interleave), "
                          "e.g. buffered:localfile_store.direct_io_append_enable=false")
+    ap.add_argument("--read-local", action="store_true",
+                    help="read back from local files: every server spills a partition buffer above 64K "
+                         "(hybrid_store.memory_single_buffer_max_spill_size, unless a variant sets it) and the "
+                         "read phase starts once no spill is in flight; prints the read CPU s/GB ratio of each "
+                         "variant to the first one of its transport, per round")
     ap.add_argument("--rounds", type=int, default=1, help="repeat every (transport, variant) run, interleaved")
     ap.add_argument("--base-repo", type=Path, default=None,
                     help="another checkout (e.g. the main branch): each variant also runs with its riffle-server, "
@@ -534,6 +568,9 @@ def main() -> int:
     if opts.workers:
         return scaling(opts)
     variants = [(n, o, REPO) for n, o in ([parse_variant(v) for v in opts.variant] or [("", {})])]
+    if opts.read_local:
+        for _n, o, _r in variants:
+            o.setdefault("hybrid_store", {}).setdefault("memory_single_buffer_max_spill_size", '"64K"')
     if opts.base_repo is not None:
         variants = [v for n, o, r in variants for v in ((n, o, r), (n + " [base]" if n else "[base]", o,
                                                                    opts.base_repo.resolve()))]
@@ -566,7 +603,8 @@ def main() -> int:
                 server, port, uport = start_server(work, name, opts.capacity, transport, env_extra, overrides, repo)
                 try:
                     r = run_clients(label, server.pid, port, uport if transport == "urpc" else 0,
-                                    {**base_args, "read_back": True})
+                                    {**base_args, "read_back": True, "read_local": opts.read_local})
+                    r.update(transport=transport, round=rnd, variant=vi)
                     rows.append(r)
                     ok = ok and r["bad"] == 0
                 finally:
@@ -602,6 +640,20 @@ def main() -> int:
                 ratio = (r["write_cpu_s"] / r["write_bytes"]) / (base["write_cpu_s"] / base["write_bytes"])
                 speed = (r["write_bytes"] / r["write_s"]) / (base["write_bytes"] / base["write_s"])
                 print(f"{r['name']} vs [base] (last round): write CPU/GB x{ratio:.2f}, write MB/s x{speed:.2f}")
+        if opts.read_local:
+            first = {(r["transport"], r["round"]): r for r in rows if r.get("variant") == 0}
+            for r in rows:
+                if r.get("variant", 0) == 0:
+                    continue
+                f = first[(r["transport"], r["round"])]
+                ratio = (r["read_cpu_s"] / r["read_bytes"]) / (f["read_cpu_s"] / f["read_bytes"])
+                speed = (r["read_bytes"] / r["read_s"]) / (f["read_bytes"] / f["read_s"])
+                print(f"round {r['round']}: {r['name']} vs {f['name']}: read CPU/GB x{ratio:.2f}, "
+                      f"read MB/s x{speed:.2f}")
+        for r in rows:
+            if "local_bytes" in r:
+                print(f"{r['name']}: {r['local_bytes'] / max(1, r['read_bytes']):.1%} of the bytes read came from "
+                      f"local files")
         for r in rows:
             if "bad" in r:
                 print(f"{r['name']}: read back {r['read_bytes'] / MIB:.0f} MiB, bad or missing blocks: {r['bad']}")

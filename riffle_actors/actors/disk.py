@@ -57,6 +57,14 @@ counted (``on_index_inconsistent``). The index is served as read (as in Riffle: 
 checks decide); nothing is copied anywhere (Riffle copies both files to /tmp/riffle-detection; a
 server here writes nothing outside its data paths).
 
+**Read CRC check** (``[localfile_store] read_crc_check_enable``, default on): a data read looks up the
+index records of the blocks wholly inside its range (``LocalIO.index_entries_in``, a binary search over
+the index file), reads the range once and checks each of those blocks' CRC (ISA-L) on the reader
+thread, never on the event loop; the reply is those same bytes (no ``sendfile``, which would send
+what the page cache holds then), or ``CorruptRange`` naming the blocks that do not match (the service
+records them in the ``IntegrityLedger`` and refuses the read). A block cut by an edge of the range is
+not checked (the Uniffle client reads ranges of whole blocks; its reader checks every block's CRC).
+
 **Read-ahead** (``[localfile_store.read_ahead_options]``, Riffle's): a ``DiskReadAhead`` in the
 ``DiskResources`` decides on the event loop, for data reads whose app asked for it
 (``ReadData.read_ahead``), which ranges to load (``riffle_actors.state.read_ahead``, O(1) per read)
@@ -90,6 +98,7 @@ from riffle_actors.actors.scrub import ScrubSettings, run_scrubber
 from riffle_actors.actors.storage_messages import (
     AppendMeta,
     AppPurgedError,
+    CorruptRange,
     DiskInfo,
     DiskIOError,
     DiskIOFailed,
@@ -107,9 +116,10 @@ from riffle_actors.io.local import LOCAL_IO, LocalIO
 from riffle_actors.io.localfile import PURGE_STEP_OPS
 from riffle_actors.io.meta_store import meta_path
 from riffle_actors.io.safe_fs import RemovalProgress
-from riffle_actors.protocol.index import index_inconsistency
+from riffle_actors.protocol.crc import check_indexed
+from riffle_actors.protocol.index import IndexEntry, index_inconsistency
 from riffle_actors.runtime import Actor, ActorRef
-from riffle_actors.state.integrity import IntegrityLedger
+from riffle_actors.state.integrity import CorruptBlock, IntegrityLedger
 from riffle_actors.state.read_ahead import PlanCursor, ReadPlans, SequentialTracks
 from riffle_actors.state.throttle import TokenBucket
 
@@ -291,6 +301,20 @@ def _read_index_checked(read, local_io: LocalIO, root: str, app_id: str, shuffle
     return index, data_len, problem
 
 
+def _read_checked(read, local_io: LocalIO, root: str, app_id: str, shuffle_id: int, partition_id: int,
+                  offset: int, length: int) -> tuple[bytes, int, int, list[tuple[IndexEntry, int]]]:
+    """On a reader thread: the range's bytes, read once, and their check against the index records of
+    the blocks wholly inside it (``[localfile_store] read_crc_check_enable``): (bytes, blocks checked,
+    bytes checked, the records whose bytes do not match with the CRC the bytes have). The records are
+    looked up first: an append writes its data before its index records, so every record found
+    indexes bytes already in the file."""
+    entries = local_io.index_entries_in(root, app_id, shuffle_id, partition_id, offset, length)
+    data = read(root, app_id, shuffle_id, partition_id, offset, length)
+    if not entries:
+        return data, 0, 0, []
+    return data, len(entries), sum(e.length for e in entries), check_indexed(data, offset, entries)
+
+
 @dataclass(eq=False)
 class DiskResources:
     """What a disk keeps across Disk actor restarts: threads, IO layer, fences (see module docstring).
@@ -307,6 +331,8 @@ class DiskResources:
     monitor: ActorRef | None = None
     throttle: DiskThrottle | None = None  # [localfile_store.io_limiter]; None: not limited
     index_check: bool = False  # index_consistency_detection_enable
+    read_crc_check: bool = False  # [localfile_store] read_crc_check_enable (the server's default: on)
+    on_read_checked: Callable[[str, int, int], None] | None = None  # (disk, bytes, blocks) checked on read
     on_index_inconsistent: Callable[[str], None] | None = None  # called with the problem (metrics)
     read_ahead: DiskReadAhead | None = None  # [localfile_store.read_ahead_options]; None: off
     # purged apps / shuffles -> newest fenced shuffle epoch, newest last; bounded so a
@@ -449,6 +475,11 @@ class DiskActor(Actor):
             case ReadData():
                 if msg.read_ahead is not None and self.res.read_ahead is not None:
                     self.res.read_ahead.on_read(self.res.local_io, self.root, msg, msg.read_ahead)
+                if self.res.read_crc_check:  # read once, check, serve those bytes (never sendfile)
+                    return self._checked_read(msg, loop.run_in_executor(
+                        self.res.reader, _read_checked, self._throttled_read(msg.length, self.res.local_io.read_data),
+                        self.res.local_io, self.root, msg.app_id, msg.shuffle_id, msg.partition_id, msg.offset,
+                        msg.length))
                 read = self.res.local_io.open_data if msg.as_file else self.res.local_io.read_data
                 return self._wrap("read data", loop.run_in_executor(
                     self.res.reader, self._throttled_read(msg.length, read), self.root, msg.app_id,
@@ -592,6 +623,20 @@ class DiskActor(Actor):
             if self.res.on_index_inconsistent is not None:
                 self.res.on_index_inconsistent(problem)
         return index, data_len
+
+    async def _checked_read(self, msg: ReadData, fut: asyncio.Future) -> bytes | CorruptRange:
+        data, blocks, checked, bad = await self._wrap("read data", fut)
+        if self.res.on_read_checked is not None:
+            self.res.on_read_checked(self.disk_name, checked, blocks)
+        if not bad:
+            return data
+        logger.bind(disk=self.disk_name, app_id=msg.app_id).error(
+            "disk {}: {} corrupt block(s) in a read of {}/{}/partition-{}.data [{}, +{}) (first: block {} at "
+            "offset {}, index crc {}, bytes crc {}); the read is refused", self.disk_name, len(bad), msg.app_id,
+            msg.shuffle_id, msg.partition_id, msg.offset, msg.length, bad[0][0].block_id, bad[0][0].offset,
+            bad[0][0].crc, bad[0][1])
+        return CorruptRange(tuple(CorruptBlock(e.offset, e.length, e.block_id, e.crc, actual, "read check")
+                                  for e, actual in bad))
 
     async def _info(self, fut: asyncio.Future) -> DiskInfo:
         try:

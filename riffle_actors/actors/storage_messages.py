@@ -5,7 +5,7 @@ them, so that no storage actor imports another one for its messages (before, ``d
 ``disk_monitor``, which imported ``spill``, which imported ``disk``: an import cycle).
 
 - To a ``DiskActor`` (``riffle_actors.actors.disk``): ``WriteBatch`` (replies ``WriteResult``),
-  ``ReadIndex``, ``ReadData``, ``PurgeFiles``, ``UnfenceApp``, ``GetDiskInfo`` (replies ``DiskInfo``),
+  ``ReadIndex``, ``ReadData`` (replies bytes, a ``DataFile`` or ``CorruptRange``), ``PurgeFiles``, ``UnfenceApp``, ``GetDiskInfo`` (replies ``DiskInfo``),
   ``AppendMeta`` (replies one error or None per entry).
   Failures: ``DiskIOError`` (classified by ``IOErrorKind``), ``AppPurgedError``.
 - To the ``DiskMonitorActor`` (``riffle_actors.actors.disk_monitor``): ``RunProbeRound``,
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from riffle_actors.errors import RiffleError, StatusCode
 from riffle_actors.io.local import IOErrorKind, classify
 from riffle_actors.records import Block
+from riffle_actors.state.integrity import CorruptBlock
 from riffle_actors.state.read_ahead import ClientReadAhead
 
 
@@ -84,7 +85,9 @@ class ReadAheadHint:
 class ReadData:
     """Read a range of a data file; with ``as_file`` the reply is a ``DataFile`` (an open descriptor
     the asker owns and closes, for ``sendfile``) instead of the bytes (or the bytes all the same, where
-    reads bypass the page cache). ``read_ahead``: None, or what the disk's read-ahead may use."""
+    reads bypass the page cache, or where the read CRC check is on: the bytes checked are the bytes
+    served). With the check on, a range holding a corrupt block replies ``CorruptRange`` instead.
+    ``read_ahead``: None, or what the disk's read-ahead may use."""
 
     app_id: str
     shuffle_id: int
@@ -93,6 +96,15 @@ class ReadData:
     length: int
     as_file: bool = False
     read_ahead: ReadAheadHint | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CorruptRange:
+    """The reply to a ``ReadData`` whose bytes the read CRC check (``[localfile_store]
+    read_crc_check_enable``) found corrupt: the blocks of the range whose bytes do not match their
+    index record's CRC, in file order. Nothing of the range is served."""
+
+    blocks: tuple[CorruptBlock, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -14,7 +14,8 @@ arms rules on it while the server runs::
     io.heal()                                             # remove every rule, release every hang
 
 Operations are the ``LocalIO`` method names: ``ensure_root``, ``append_batch``, ``read_index``,
-``read_data``, ``remove_app``, ``usage``. Rules are checked in the order they were armed; the
+``read_data`` (data reads, ``sendfile``'s ``open_data`` included), ``index_entries_in`` (the read CRC
+check's index lookup), ``remove_app``, ``usage``. Rules are checked in the order they were armed; the
 first one whose op (and optional ``match(*args)`` predicate) fits and that has uses left
 applies. ``after=True`` runs the real operation first and fails afterwards (the bytes are on
 disk but the caller never hears so). ``Blocked`` uses ``threading.Event`` s because the
@@ -41,7 +42,7 @@ from riffle_actors.io.local import LOCAL_IO, LocalIO
 from riffle_actors.records import Block
 
 OPS = ("ensure_root", "append_batch", "read_index", "read_data", "remove_app", "usage", "append_meta",
-       "list_partitions")
+       "list_partitions", "index_entries_in")
 
 
 def _exception(err: int | BaseException, op: str) -> BaseException:
@@ -179,6 +180,11 @@ class FaultyLocalIO:
         """A read served by ``sendfile``: the ``read_data`` rules apply to it too (the same seam)."""
         args = (root, app_id, shuffle_id, partition_id, offset, length)
         return self._run("read_data", args, lambda: self.inner.open_data(*args))
+
+    def index_entries_in(self, root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int,
+                         length: int):
+        args = (root, app_id, shuffle_id, partition_id, offset, length)
+        return self._run("index_entries_in", args, lambda: self.inner.index_entries_in(*args))
 
     def advise_willneed(self, root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int,
                         length: int) -> int | None:

@@ -27,6 +27,7 @@ from typing import Protocol
 
 from riffle_actors.io import localfile, meta_store
 from riffle_actors.io.safe_fs import RemovalProgress
+from riffle_actors.protocol.index import IndexEntry
 from riffle_actors.records import Block
 
 
@@ -99,6 +100,12 @@ class LocalIO(Protocol):
         reads bypass the page cache (``direct_io_read_enable``), the range's bytes instead."""
         ...
 
+    def index_entries_in(self, root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int,
+                         length: int) -> list[IndexEntry]:
+        """The index records of the blocks wholly inside the range, in file order (the read CRC check;
+        ``localfile.index_entries_in``)."""
+        ...
+
     def advise_willneed(self, root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int,
                         length: int) -> int | None:
         """Read-ahead: ask the kernel to load the range (cut at the file's end) into the page cache; the
@@ -157,6 +164,10 @@ class RealLocalIO:
     def open_data(self, root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int,
                   length: int) -> localfile.DataFile | bytes:
         return localfile.open_data(root, app_id, shuffle_id, partition_id, offset, length, direct=self.direct_read)
+
+    def index_entries_in(self, root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int,
+                         length: int) -> list[IndexEntry]:
+        return localfile.index_entries_in(root, app_id, shuffle_id, partition_id, offset, length)
 
     def advise_willneed(self, root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int,
                         length: int) -> int | None:

@@ -39,6 +39,10 @@ to read a range of a data file into the page cache (``posix_fadvise(POSIX_FADV_W
 does); it holds no bytes of ours and returns once the reads are queued. Which ranges, and when, is
 ``riffle_actors.state.read_ahead``'s decision.
 
+Read CRC check (``[localfile_store] read_crc_check_enable``): ``index_entries_in`` gives the index
+records of the blocks wholly inside a range being read (a binary search over the index file, not a
+read of all of it), so the Disk actor can check the bytes it read against them before it serves them.
+
 A read whose range reaches past the end of the data file is the client's mistake, not the
 disk's: ``read_data`` / ``open_data`` raise ``InvalidRequestError`` (INVALID_REQUEST, naming the
 partition and the file's length, never the path), which the disk does not count as a failure.
@@ -80,7 +84,7 @@ from riffle_actors.io.safe_fs import (
 )
 from riffle_actors.protocol.errors import ProtocolError
 from riffle_actors.protocol.ids import check_app_id, parse_id_dirname
-from riffle_actors.protocol.index import INDEX_RECORD_SIZE, build_index
+from riffle_actors.protocol.index import INDEX_RECORD_SIZE, IndexEntry, build_index, decode_index
 from riffle_actors.records import Block
 
 _IOV_MAX = 1024
@@ -474,6 +478,64 @@ def advise_willneed(root: str, app_id: str, shuffle_id: int, partition_id: int, 
         if length:
             os.posix_fadvise(fd, offset, length, os.POSIX_FADV_WILLNEED)
         return length
+    finally:
+        os.close(fd)
+
+
+_RANGE_SCAN_RECORDS = 4096  # index records read per pread when collecting a range's records
+
+
+def index_entries_in(root: str, app_id: str, shuffle_id: int, partition_id: int, offset: int,
+                     length: int) -> list[IndexEntry]:
+    """The index records of the blocks lying wholly inside ``[offset, offset + length)`` of the data file
+    (what the read CRC check checks), in file order; empty when the index is absent.
+
+    Records are in data-file order (appends to a partition are serialized, each at the data file's
+    end), so the first record at or after ``offset`` is found by a binary search over the index file
+    (one 8-byte ``pread`` per step, ~log2(records)); then records are read in pieces of
+    ``_RANGE_SCAN_RECORDS`` until one starts at or past the range's end. The cost is in the records
+    of the range, not of the file. A block cut by either edge of the range is not returned (it is not
+    whole in the bytes read). Should the file not be in order (never written so), records are missed,
+    never invented: each one returned is a record of the file."""
+    end = offset + length
+    dir_fd = _open_partition_dir(root, app_id, shuffle_id)
+    if dir_fd is None:
+        return []
+    try:
+        try:
+            fd = open_file(dir_fd, f"partition-{partition_id}.index", os.O_RDONLY)
+        except FileNotFoundError:
+            return []
+    finally:
+        os.close(dir_fd)
+    try:
+        n = os.fstat(fd).st_size // INDEX_RECORD_SIZE
+        lo, hi = 0, n
+        while lo < hi:  # the first record whose offset is >= offset
+            mid = (lo + hi) // 2
+            raw = os.pread(fd, 8, mid * INDEX_RECORD_SIZE)
+            if len(raw) < 8:
+                hi = mid  # the file shrank (cut by recovery): search below
+                continue
+            if int.from_bytes(raw, "big", signed=True) < offset:
+                lo = mid + 1
+            else:
+                hi = mid
+        out: list[IndexEntry] = []
+        i = lo
+        while i < n:
+            want = min(_RANGE_SCAN_RECORDS, n - i)
+            raw = os.pread(fd, want * INDEX_RECORD_SIZE, i * INDEX_RECORD_SIZE)
+            got = decode_index(raw)
+            if not got:
+                break
+            for e in got:
+                if e.offset >= end:
+                    return out
+                if e.offset >= offset and e.length >= 0 and e.offset + e.length <= end:
+                    out.append(e)
+            i += len(got)
+        return out
     finally:
         os.close(fd)
 

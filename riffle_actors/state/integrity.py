@@ -8,7 +8,9 @@ partition's findings when its files are purged. ``/apps``, the metrics page and 
 Vocabulary (docs/faults.md "Integrity"):
 
 - *corrupt*: a block whose bytes on disk no longer match the CRC of its index record, found by a
-  disk's scrubber. Reads of a range holding one are refused (``corrupt_in``) until the files go.
+  disk's scrubber or by the read CRC check (``[localfile_store] read_crc_check_enable``: a range
+  being served is checked before it leaves). Both are recorded the same way and counted in the same
+  ``corrupt_blocks``; reads of a range holding one are refused (``corrupt_in``) until the files go.
 - *refused at ingest*: a block that arrived with bytes that do not match its ``crc``; its whole
   send was refused, nothing of it stored.
 - *repaired*: a block refused at ingest whose block id this server later accepted intact (the
@@ -39,6 +41,7 @@ class CorruptBlock(NamedTuple):
     block_id: int
     expected: int
     actual: int
+    found_by: str = "scrubber"  # or "read check": what found it (named in the refusal)
 
 
 @dataclass(slots=True)
@@ -136,6 +139,12 @@ class IntegrityLedger:
         self.total.corrupt_blocks += len(new)
         return len(new)
 
+    def on_read_checked(self, app_id: str, shuffle_id: int, partition_id: int, disk: str,
+                        found: Iterable[CorruptBlock]) -> int:
+        """Corrupt blocks the read CRC check found in a range being served (recorded as a scrub's
+        finds are, so every later read of them is refused by ``corrupt_in``); how many were new."""
+        return self.on_scrubbed(app_id, shuffle_id, partition_id, disk, found)
+
     def corrupt_in(self, app_id: str, shuffle_id: int, partition_id: int, disk: str, offset: int,
                    length: int) -> CorruptBlock | None:
         """The first known corrupt block overlapping ``[offset, offset + length)`` of the data file on
@@ -157,6 +166,13 @@ class IntegrityLedger:
             if c.offset + c.length > offset and length > 0:
                 return c
         return None
+
+    @staticmethod
+    def refusal(corrupt: CorruptBlock, partition_id: int, disk: str) -> str:
+        """The message of a read refused for ``corrupt`` (one wording, whoever found it)."""
+        return (f"block {corrupt.block_id} at offset {corrupt.offset} of partition {partition_id}'s data file on "
+                f"disk {disk} is corrupt (its bytes have crc {corrupt.actual}, its index record says "
+                f"{corrupt.expected}; found by the {corrupt.found_by}); read another replica")
 
     def on_read_refused(self, app_id: str) -> None:
         self._app(app_id).corrupt_reads_refused += 1

@@ -89,7 +89,9 @@ async def _spill(srv, c: UniffleClient, count: int, size: int, *, properties=Non
 async def test_direct_reads_over_grpc_and_urpc_bypass_the_page_cache(server_factory, direct: bool) -> None:
     _needs_fincore()
     srv = await server_factory(**URPC, disks=1, memory_store={"capacity": "32M"},
-                               localfile_store={"direct_io_read_enable": direct},
+                               # direct: with the read CRC check (its index lookup leaves the data file's
+                               # pages alone); buffered: without it, so urpc goes by sendfile
+                               localfile_store={"direct_io_read_enable": direct, "read_crc_check_enable": direct},
                                hybrid_store={"memory_single_buffer_max_spill_size": "64K"})
     c = await UrpcClient(f"127.0.0.1:{srv.grpc_port}", srv.urpc_port).connect()
     g = UniffleClient(f"127.0.0.1:{srv.grpc_port}")

@@ -35,6 +35,7 @@ S = StatusCode
 T = urpc.MessageType
 APP = "application_1700000000000_0002_1700000000001"
 URPC = {"urpc_port": 0, "urpc_bind_address": "127.0.0.1"}
+NO_READ_CHECK = {"read_crc_check_enable": False}  # the sendfile path (the check sends the bytes it read)
 
 
 @pytest_asyncio.fixture
@@ -168,10 +169,13 @@ async def _spilled_partition(srv: ShuffleServer, c: UrpcClient, count: int, size
     return b"".join(by_id[e.block_id] for e in entries)
 
 
-@pytest.mark.parametrize("sendfile", [True, False])
-async def test_local_data_replies_are_byte_exact_by_sendfile_and_by_copy(server_factory, sendfile: bool) -> None:
+@pytest.mark.parametrize("sendfile, checked", [(True, False), (False, False), (True, True)])
+async def test_local_data_replies_are_byte_exact_by_sendfile_and_by_copy(server_factory, sendfile: bool,
+                                                                         checked: bool) -> None:
+    # read_crc_check_enable (default on) reads and checks the bytes it sends: no sendfile then
     srv = await server_factory(**URPC, urpc_config={"sendfile_enable": sendfile}, memory_store={"capacity": "16M"},
-                               hybrid_store={"memory_single_buffer_max_spill_size": "1K"})
+                               hybrid_store={"memory_single_buffer_max_spill_size": "1K"},
+                               localfile_store={"read_crc_check_enable": checked})
     c = await UrpcClient(f"127.0.0.1:{srv.grpc_port}", srv.urpc_port).connect()
     try:
         data = await _spilled_partition(srv, c, count=160, size=50_000)  # 8 MB: above the socket's buffer
@@ -190,7 +194,7 @@ async def test_local_data_replies_are_byte_exact_by_sendfile_and_by_copy(server_
         assert all(r.type == T.GET_MEMORY_SHUFFLE_DATA_RESPONSE for r in replies[1::2])
         assert not conn.unmatched
         u = srv._urpc
-        if sendfile:
+        if sendfile and not checked:
             assert u.sendfile_replies > 0
         else:
             assert u.sendfile_replies == u.copied_replies == 0  # read by the disk actor, as over gRPC
@@ -208,7 +212,8 @@ async def test_local_data_replies_are_byte_exact_by_sendfile_and_by_copy(server_
 
 async def test_a_client_that_stops_reading_holds_its_sendfile_reply_until_it_reads(server_factory) -> None:
     srv = await server_factory(**URPC, memory_store={"capacity": "16M"},
-                               hybrid_store={"memory_single_buffer_max_spill_size": "1K"})
+                               hybrid_store={"memory_single_buffer_max_spill_size": "1K"},
+                               localfile_store=NO_READ_CHECK)
     c = await UrpcClient(f"127.0.0.1:{srv.grpc_port}", srv.urpc_port).connect()
     try:
         data = await _spilled_partition(srv, c, count=100, size=60_000)
@@ -240,7 +245,8 @@ async def test_a_client_that_stops_reading_holds_its_sendfile_reply_until_it_rea
 
 async def test_stopping_the_server_ends_a_sendfile_stuck_on_a_client_that_reads_nothing(server_factory) -> None:
     srv = await server_factory(**URPC, memory_store={"capacity": "16M"},
-                               hybrid_store={"memory_single_buffer_max_spill_size": "1K"})
+                               hybrid_store={"memory_single_buffer_max_spill_size": "1K"},
+                               localfile_store=NO_READ_CHECK)
     c = await UrpcClient(f"127.0.0.1:{srv.grpc_port}", srv.urpc_port).connect()
     sock = socket.create_connection(("127.0.0.1", srv.urpc_port))
     try:

@@ -67,7 +67,7 @@ function serverRow(s, appsOn) {
     el("td", {}, s.version || ""));
 }
 
-// block integrity (docs/faults.md "Integrity"): blocks found corrupt on disk by the scrubber, and
+// block integrity (docs/faults.md "Integrity"): blocks found corrupt on disk (scrubber or read check), and
 // blocks refused at ingest for a crc mismatch that the client resent intact ("repaired")
 function integrity(s) {
   const corrupt = s.corrupt_blocks || 0;
