@@ -101,7 +101,7 @@ async def test_the_scrubber_finds_a_flipped_byte_and_reads_of_that_block_are_ref
 
         # the purge deletes the files and the findings: the app id registered again is read normally
         await client.unregister_app(APP)
-        await poll_until(lambda: not server.integrity.corrupt_partitions(), message="findings forgotten")
+        await poll_until(lambda: not server.integrity.corrupt_partitions(), timeout=60, message="findings forgotten")
     finally:
         await client.close()
 
