@@ -251,7 +251,7 @@ def test_coordinator_metrics_text() -> None:
 
 
 def test_coordinator_conf_listing_leaves_secrets_out() -> None:
-    from riffle_actors.transport.coordinator_http import flatten_config
+    from riffle_actors.coordinator.admin import flatten_config
 
     items = dict(flatten_config({"admin": {"token": "s" * 20}, "grpc_port": 21000,
                                  "metrics": {"push_gateway_endpoint": "http://user:pw@gw:9091", "labels": {"a": "b"}},

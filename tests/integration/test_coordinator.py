@@ -28,7 +28,7 @@ from riffle_actors.actors.heartbeat import (
 )
 from riffle_actors.runtime import ManualClock
 from riffle_actors.coordinator.config import CoordinatorConfig
-from riffle_actors.coordinator.runtime import Coordinator
+from riffle_actors.coordinator_server import Coordinator
 from riffle_actors.protocol.proto import uniffle_pb2 as pb
 from riffle_actors.protocol.proto import uniffle_pb2_grpc as pb_grpc
 from riffle_actors.transport.coordinator_client import GrpcCoordinatorLink

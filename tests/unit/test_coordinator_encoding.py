@@ -23,7 +23,7 @@ from riffle_actors.coordinator.validation import app_request_problem, assignment
 from riffle_actors.protocol.proto import uniffle_pb2 as pb
 from riffle_actors.runtime import ManualClock
 from riffle_actors.transport.coordinator_grpc import encode_assignments, encode_server_id
-from riffle_actors.transport.coordinator_http import redact_config
+from riffle_actors.coordinator.admin import redact_config
 
 
 def _servers(n: int) -> dict[str, ServerHeartbeat]:
