@@ -11,7 +11,13 @@ from collections.abc import Iterator
 import pytest
 from loguru import logger
 
-from riffle_actors.coordinator.actors import AppRegistryActor, ClusterActor, ExpireServers, Heartbeat, ListServers
+from riffle_actors.coordinator.actors import (
+    AppRegistryActor,
+    ClusterActor,
+    ExpireServers,
+    Heartbeat,
+    ListServers,
+)
 from riffle_actors.coordinator.apps import AppRegistry
 from riffle_actors.coordinator.cluster import ClusterRegistry, HeartbeatRefused, ServerStatus
 from riffle_actors.runtime import ActorSystem, ManualClock
