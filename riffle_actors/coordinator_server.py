@@ -20,8 +20,9 @@ the reverse order by ``stop()``, and by a start that fails half-way):
 4. ``http``: an aiohttp site with ``transport.coordinator_http.build_app`` on exactly
    ``http_bind_address:http_port``, its state-changing routes guarded by the admin credentials
    (``cfg.admin_auth()``);
-5. ``metrics-push``: with ``[metrics] push_gateway_endpoint`` set, a task pushing the metrics to
-   the Pushgateway (``metrics_push.MetricsPusher``, job ``riffle-coordinator``).
+5. ``metrics-push``: with ``[metrics] push_gateway_endpoint`` set, a ``MetricsPushActor`` the timer
+   tells to push the metrics to the Pushgateway every ``push_interval_sec``
+   (``metrics_push.MetricsPusher``, job ``riffle-coordinator``).
 
 A port that cannot be opened raises ``transport.listen.ListenError`` (an ``OSError`` naming the
 port and its config keys), which the daemon logs as one line before exiting 1; what had started is
@@ -40,7 +41,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Self
 
@@ -66,7 +66,7 @@ from riffle_actors.coordinator.service import CoordinatorService
 from riffle_actors.credentials import AdminCredentials
 from riffle_actors.daemon import PortFileWriter, run_daemon
 from riffle_actors.io.exclude_file import ExcludeFile
-from riffle_actors.metrics_push import COORDINATOR_JOB, MetricsPusher
+from riffle_actors.metrics_push import COORDINATOR_JOB, MetricsPushActor, MetricsPusher, PushMetrics
 from riffle_actors.runtime import (
     ActorRef,
     ActorSystem,
@@ -130,7 +130,6 @@ class Coordinator:
         self._grpc: grpc.aio.Server | None = None
         self._http: web.AppRunner | None = None
         self.pusher: MetricsPusher | None = None
-        self._push_task: asyncio.Task[None] | None = None
         self._start_time_ms = 0
         self._grace_s = 1.0
         self._started: list[Step] = []
@@ -258,19 +257,18 @@ class Coordinator:
         cfg = self.cfg
         if not cfg.metrics.push_gateway_endpoint:
             return
-        assert self.admin is not None
-        self.pusher = MetricsPusher(
+        assert self.admin is not None and self.timer_ref is not None
+        pusher = self.pusher = MetricsPusher(
             cfg.metrics, registry=self.metrics.registry, job=COORDINATOR_JOB,
             grouping={"instance": f"{cfg.grpc_bind_address}:{self.grpc_port}", "version": __version__},
             refresh=self.admin.refresh_metrics, clock=self.clock)
-        self._push_task = asyncio.create_task(self.pusher.run(), name="metrics-push")
+        ref = await self.system.start_child(None, ChildSpec("metrics-push", lambda: MetricsPushActor(pusher)))
+        await self.timer_ref.ask(ScheduleEvery("push-metrics", pusher.interval_s, ref, PushMetrics(),
+                                               first_delay_s=0.0))
 
     async def _stop_push(self) -> None:
-        if self._push_task is not None:
-            self._push_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._push_task
-            self._push_task = None
+        if self.pusher is not None:  # its timer entry goes with it
+            await self.system.stop_child(None, "metrics-push")
 
     # ------------------------------------------------------------- wiring
     async def _tell_server(self, view: ServerView, action: str) -> tuple[bool, str]:

@@ -116,3 +116,41 @@ async def test_health_and_info_keep_their_json_shapes() -> None:
     assert info == {"coordinatorId": f"127.0.0.1-{c.grpc_port}", "serverIp": "127.0.0.1",
                     "serverPort": str(c.grpc_port), "serverWebPort": str(c.http_port),
                     "version": info["version"], "gitCommitId": "", "startTime": 1_800_000_000_000}
+
+
+async def test_the_metrics_push_runs_on_the_timer_first_at_once_then_every_push_interval() -> None:
+    """``[metrics] push_gateway_endpoint``: a MetricsPushActor the timer tells; no pushing task sleeps."""
+    from aiohttp import web
+
+    pushes: list[str] = []
+
+    async def put(request: web.Request) -> web.Response:
+        body = await request.text()
+        pushes.append(request.path if "riffle_coordinator_servers" in body else "no metrics in the body")
+        return web.Response(status=200)
+
+    app = web.Application()
+    app.router.add_route("PUT", "/{tail:.*}", put)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    clock = ManualClock()
+    cfg = make_config(metrics={"push_gateway_endpoint": f"http://127.0.0.1:{port}", "push_interval_sec": 30})
+    try:
+        async with Coordinator(cfg, clock=clock) as c:
+            assert c.timer_ref is not None and c.pusher is not None
+            await poll_until(lambda: len(pushes) == 1)
+            assert pushes[0].startswith("/metrics/job/riffle-coordinator/instance/127.0.0.1:")
+            assert sleeping_frames() == []
+            clock.advance(29)
+            await c.timer_ref.ask(FireDue())
+            assert len(pushes) == 1 and c.pusher.pushes == 1
+            clock.advance(1)
+            await c.timer_ref.ask(FireDue())
+            await poll_until(lambda: c.pusher is not None and c.pusher.pushes == 2)
+            assert len(pushes) == 2
+    finally:
+        await runner.cleanup()
+    assert leftover_tasks() == set()
