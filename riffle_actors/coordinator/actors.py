@@ -104,8 +104,8 @@ class SetServerTags:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RegistryStats:
-    """Replies ``ClusterRegistry.stats()`` (admission counters for ``/api/health``)."""
+class GetRegistryStats:
+    """Replies ``cluster.RegistryStats`` (admission counters for ``/api/health``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,7 +117,7 @@ class SetExcluded:
 
 ClusterMsg = (
     ExpireServers | PollExcludeFile | Heartbeat | AssignShuffle | ListServers | CountCandidates | SetServerStatus | SetExcluded
-    | RegistryStats | SetServerTags
+    | GetRegistryStats | SetServerTags
 )
 
 
@@ -153,8 +153,8 @@ class ListApps:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class AppStats:
-    """Replies ``{"active", "historical", "expired_total", "registered_total"}`` (coordinator metrics)."""
+class GetAppStats:
+    """Replies ``apps.AppStats`` (coordinator metrics)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -162,7 +162,7 @@ class ExpireApps:
     """From the timer: move apps silent for ``[app] heartbeat_timeout_sec`` to the history."""
 
 
-AppMsg = ExpireApps | RegisterApp | AppHeartbeat | RecordAssignment | ListApps | AppStats
+AppMsg = ExpireApps | RegisterApp | AppHeartbeat | RecordAssignment | ListApps | GetAppStats
 
 
 # ----------------------------------------------------------------------------- actors
@@ -211,7 +211,7 @@ class ClusterActor(Actor):
                 return self.registry.views()
             case CountCandidates():
                 return len(self.registry.candidates())
-            case RegistryStats():
+            case GetRegistryStats():
                 return self.registry.stats()
             case SetServerStatus(server_id=sid, status=status):
                 if self.registry.get(sid) is None:
@@ -261,7 +261,7 @@ class AppRegistryActor(Actor):
             case ListApps(historical=historical):
                 views: list[AppView] = self.registry.history() if historical else self.registry.active()
                 return views
-            case AppStats():
+            case GetAppStats():
                 return self.registry.stats()
             case ExpireApps():
                 self.registry.expire()

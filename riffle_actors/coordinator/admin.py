@@ -34,8 +34,8 @@ import orjson
 
 from riffle_actors import __version__
 from riffle_actors.coordinator import actors as msgs
-from riffle_actors.coordinator.apps import AppView
-from riffle_actors.coordinator.cluster import ServerStatus, ServerView
+from riffle_actors.coordinator.apps import AppStats, AppView
+from riffle_actors.coordinator.cluster import RegistryStats, ServerStatus, ServerView
 from riffle_actors.coordinator.metrics import CoordinatorMetrics
 from riffle_actors.runtime import ActorRef, Clock
 
@@ -104,12 +104,12 @@ class CoordinatorAdmin:
         views: list[ServerView] = await self.cluster_ref.ask(msgs.ListServers())
         return views
 
-    async def _registry_stats(self) -> dict[str, Any]:
-        stats: dict[str, Any] = await self.cluster_ref.ask(msgs.RegistryStats())
+    async def _registry_stats(self) -> RegistryStats:
+        stats: RegistryStats = await self.cluster_ref.ask(msgs.GetRegistryStats())
         return stats
 
-    async def _app_stats(self) -> dict[str, int]:
-        stats: dict[str, int] = await self.apps_ref.ask(msgs.AppStats())
+    async def _app_stats(self) -> AppStats:
+        stats: AppStats = await self.apps_ref.ask(msgs.GetAppStats())
         return stats
 
     # ------------------------------------------------------------- health
@@ -125,8 +125,8 @@ class CoordinatorAdmin:
             uptime_s=round(self.uptime_s(), 3),
             version=__version__,
             rpc_calls=dict(sorted(c.rpc_calls.items())),
-            max_servers=registry["max_servers"],
-            server_id_conflicts=registry["id_conflicts_total"],
+            max_servers=registry.max_servers,
+            server_id_conflicts=registry.id_conflicts_total,
             heartbeats_refused=dict(sorted(c.heartbeats_refused.items())),
             requests_refused=dict(sorted(c.requests_refused.items())),
         )
@@ -142,13 +142,13 @@ class CoordinatorAdmin:
         s = self.metrics.snapshot
         s.servers_by_status = {st.name: by_status.get(st.name, 0) for st in ServerStatus}
         s.heartbeat_ages_s = [v.heartbeat_age_s for v in views]
-        s.servers_lost_total = int(registry.get("lost_total", 0))
+        s.servers_lost_total = registry.lost_total
         s.heartbeats_refused = dict(c.heartbeats_refused)
         s.assignments_total = c.assignments_total
         s.assignment_failures_total = c.assignment_failures_total
         s.assigned_partitions_total = c.assigned_partitions_total
-        s.apps, s.historical_apps = app_stats["active"], app_stats["historical"]
-        s.apps_registered_total, s.apps_expired_total = app_stats["registered_total"], app_stats["expired_total"]
+        s.apps, s.historical_apps = app_stats.active, app_stats.historical
+        s.apps_registered_total, s.apps_expired_total = app_stats.registered_total, app_stats.expired_total
         s.rpc_calls = dict(c.rpc_calls)
         s.uptime_s = self.uptime_s()
 

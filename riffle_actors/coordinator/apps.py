@@ -45,6 +45,17 @@ class _App:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class AppStats:
+    """The registry's counts (``/metrics``, Uniffle's ``/api/app/total``)."""
+
+    active: int
+    historical: int
+    expired_total: int
+    registered_total: int
+    refused_total: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AppView:
     """An immutable snapshot of one app; ``expired_epoch_ms`` is set for historical apps."""
 
@@ -128,11 +139,10 @@ class AppRegistry:
         self.expired_total += len(gone)
         return [a.app_id for a in gone]
 
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> AppStats:
         """Counts for the coordinator's metrics."""
-        return {"active": len(self._apps), "historical": len(self._history),
-                "expired_total": self.expired_total, "registered_total": self.registered_total,
-                "refused_total": self.refused_total}
+        return AppStats(active=len(self._apps), historical=len(self._history), expired_total=self.expired_total,
+                        registered_total=self.registered_total, refused_total=self.refused_total)
 
     def __contains__(self, app_id: object) -> bool:
         return app_id in self._apps

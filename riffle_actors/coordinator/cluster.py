@@ -169,6 +169,17 @@ class ServerView:
         return self.node.tags | self.operator_tags
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RegistryStats:
+    """The registry's admission counters (``/api/health``, ``/metrics``)."""
+
+    registered: int
+    max_servers: int  # [server] max_servers
+    lost_total: int
+    id_conflicts_total: int
+    refused: dict[str, int]  # refused heartbeats by kind, sorted
+
+
 @dataclass(slots=True)
 class _Rejections:
     excluded: int = 0
@@ -320,15 +331,10 @@ class ClusterRegistry:
         if delta < 0:
             self._host_limit_logged.discard(host)
 
-    def stats(self) -> dict[str, object]:
+    def stats(self) -> RegistryStats:
         """Admission counters for ``/api/health``."""
-        return {
-            "registered": len(self._nodes),
-            "max_servers": self.capacity,
-            "lost_total": self.lost_total,
-            "id_conflicts_total": self.id_conflicts_total,
-            "refused": dict(sorted(self.refused.items())),
-        }
+        return RegistryStats(registered=len(self._nodes), max_servers=self.capacity, lost_total=self.lost_total,
+                             id_conflicts_total=self.id_conflicts_total, refused=dict(sorted(self.refused.items())))
 
     def expire(self) -> list[str]:
         """Drop servers silent for longer than the timeout; returns their ids."""

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from loguru import logger
 
 from riffle_actors.coordinator import actors as msgs
-from riffle_actors.coordinator.apps import AppRegistryFull, AppView
+from riffle_actors.coordinator.apps import AppRegistryFull, AppStats, AppView
 from riffle_actors.coordinator.assignment import Assignment, AssignmentError, AssignmentRequest
 from riffle_actors.coordinator.cluster import HeartbeatRefused, ServerHeartbeat, ServerStatus, ServerView
 from riffle_actors.coordinator.config import CoordinatorConfig
@@ -199,12 +199,8 @@ class CoordinatorService:
             ok, message = False, repr(e)
         return ServerTold(action, ok, message)
 
-    async def app_stats(self) -> dict[str, int]:
-        stats: dict[str, int] = await self.apps_ref.ask(msgs.AppStats())
-        return stats
-
-    async def registry_stats(self) -> dict[str, int]:
-        stats: dict[str, int] = await self.cluster_ref.ask(msgs.RegistryStats())
+    async def app_stats(self) -> AppStats:
+        stats: AppStats = await self.apps_ref.ask(msgs.GetAppStats())
         return stats
 
     # ---------------------------------------------------------------- drivers

@@ -352,7 +352,7 @@ def build_app(*, service: CoordinatorService, admin: CoordinatorAdmin, auth: Adm
 
     async def u_app_total(_: web.Request) -> web.Response:
         stats = await service.app_stats()
-        return _ok({"appCurrent": stats["active"], "appTotality": stats["registered_total"]})
+        return _ok({"appCurrent": stats.active, "appTotality": stats.registered_total})
 
     async def u_user_total(_: web.Request) -> web.Response:
         return _ok([{"userName": u, "appNum": n} for u, n in await service.user_totals()])

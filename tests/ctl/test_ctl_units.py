@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from riffle_actors.actors.heartbeat import HeartbeatSnapshot
 from riffle_actors.config import MetricsConfig
-from riffle_actors.coordinator.apps import AppRegistry
+from riffle_actors.coordinator.apps import AppRegistry, AppStats
 from riffle_actors.coordinator.assignment import AssignmentError, AssignmentRequest
 from riffle_actors.coordinator.cluster import ClusterRegistry, ServerStatus
 from riffle_actors.coordinator.metrics import CoordinatorMetrics
@@ -78,8 +78,7 @@ def test_app_registry_counts(clock: ManualClock) -> None:
     clock.advance(11)
     apps.register("c")
     apps.expire()
-    assert apps.stats() == {"active": 1, "historical": 1, "expired_total": 2, "registered_total": 3,
-                            "refused_total": 0}
+    assert apps.stats() == AppStats(active=1, historical=1, expired_total=2, registered_total=3, refused_total=0)
 
 
 @pytest.mark.parametrize("text", [

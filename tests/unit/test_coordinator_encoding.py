@@ -65,7 +65,7 @@ def test_a_full_registry_refuses_new_apps_but_keeps_the_old_ones() -> None:
         apps.heartbeat("c")
     apps.record_assignment("c", partitions=3, server_ids=["s"])  # not credited, not an error
     apps.heartbeat("a")
-    assert "c" not in apps and len(apps) == 2 and apps.stats()["refused_total"] == 3
+    assert "c" not in apps and len(apps) == 2 and apps.stats().refused_total == 3
     clock.advance(11)
     apps.expire()
     apps.register("c")  # room again once the silent ones expired
