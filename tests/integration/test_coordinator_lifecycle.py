@@ -141,7 +141,7 @@ async def test_the_metrics_push_runs_on_the_timer_first_at_once_then_every_push_
     try:
         async with Coordinator(cfg, clock=clock) as c:
             assert c.timer_ref is not None and c.pusher is not None
-            await poll_until(lambda: len(pushes) == 1)
+            await poll_until(lambda: c.pusher is not None and c.pusher.pushes == 1)  # the first push is done
             assert pushes[0].startswith("/metrics/job/riffle-coordinator/instance/127.0.0.1:")
             assert sleeping_frames() == []
             clock.advance(29)
