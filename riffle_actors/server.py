@@ -103,6 +103,7 @@ from riffle_actors.runtime import (
     ChildTable,
     Clock,
     MailboxFullError,
+    PeriodicJobActor,
     ScheduleEvery,
     StartSequence,
     Step,
@@ -259,6 +260,9 @@ def _purge_data_paths(paths: Sequence[str]) -> int:
 #: failures to the DiskMonitor; both start after the actor that refers to them.
 APP_MANAGER = "app_manager"
 DISK_MONITOR = "disk_monitor"
+#: the periodic jobs that are not an actor's own (``PeriodicJobActor``s, children of the root)
+METRICS_PUSH = "metrics-push"
+CONF_RELOAD = "conf-reload"
 
 
 async def _nothing() -> None:
@@ -353,7 +357,7 @@ class ShuffleServer:
         #: how an operator's kill (or a finished decommission) stops this server: ``serve`` sets its
         #: stop event (the SIGTERM path); in process, ``stop()`` runs in the background
         self.request_stop: Callable[[], None] = self._stop_in_background
-        self.lifecycle = Lifecycle(apps=self.directory, clock=self.clock,
+        self.lifecycle = Lifecycle(apps=self.directory, system=self.system,
                                    check_interval_s=cfg.decommission_check_interval_sec,
                                    request_stop=lambda: self.request_stop(), announce=self._heartbeat_now,
                                    tags=tuple(cfg.tags), start_unhealthy=cfg.initial_unhealthy_status_enable)
@@ -382,9 +386,7 @@ class ShuffleServer:
         self.ip = "127.0.0.1"
         self.server_id = ""
         self.heartbeat: ActorRef | None = None
-        self._pusher_task: asyncio.Task | None = None
         self.reloader: ConfigReloader | None = None
-        self._reload_task: asyncio.Task | None = None
         self._stop_task: asyncio.Task | None = None
         self._grace: float = cfg.grace_period_sec
         self._sequence = StartSequence([
@@ -838,43 +840,48 @@ class ShuffleServer:
 
     async def _start_metrics_push(self) -> None:
         """``[metrics] push_gateway_endpoint``: push to a Pushgateway as Riffle does (job ``uniffle-worker``,
-        labels ``worker_id`` and ``version``)."""
+        labels ``worker_id`` and ``version``), at once and then every ``push_interval_sec``."""
         if not self.cfg.metrics.push_gateway_endpoint:
             return
-        assert self.admin is not None
+        assert self.admin is not None and self.timer is not None
         pusher = MetricsPusher(self.cfg.metrics, registry=self.metrics.registry, job=SERVER_JOB,
                                grouping={"worker_id": self.server_id, "version": __version__},
                                refresh=self.admin.refresh_snapshot, clock=self.clock)
-        self._pusher_task = asyncio.get_running_loop().create_task(pusher.run(), name="metrics-push")
+        pusher.describe()
+        timer = self.timer
+        await self.system.start_child(None, ChildSpec(METRICS_PUSH, lambda: PeriodicJobActor(
+            pusher.push_once, timer=timer, key=METRICS_PUSH, interval_s=lambda: pusher.interval_s,
+            first_delay_s=0.0, what="metrics push")))
 
     async def _stop_metrics_push(self) -> None:
-        if self._pusher_task is not None:
-            self._pusher_task.cancel()
-            await asyncio.gather(self._pusher_task, return_exceptions=True)
-            self._pusher_task = None
+        if self.system.get(METRICS_PUSH) is not None:
+            await self.system.stop_child(None, METRICS_PUSH)
 
     async def _start_reload(self) -> None:
-        """``conf_reload_enable``: the periodic re-read of the config file (``riffle_actors.reconf``)."""
+        """``conf_reload_enable``: the periodic re-read of the config file (``riffle_actors.reconf``), every
+        ``conf_reload_interval_sec`` of the config in force."""
         if not self.cfg.conf_reload_enable:
             return
         if self.config_path is None:
             logger.warning("conf_reload_enable: this server was not started from a config file; nothing to re-read")
             return
-        self.reloader = ConfigReloader(self.config_path, current=lambda: self.cfg, apply=self.apply_reload,
-                                       load=self._load_config_fn)
-        self.reloader.remember_current_file()
-        self._reload_task = asyncio.get_running_loop().create_task(self.reloader.run(), name="conf-reload")
+        assert self.timer is not None
+        reloader = self.reloader = ConfigReloader(self.config_path, current=lambda: self.cfg,
+                                                  apply=self.apply_reload, load=self._load_config_fn)
+        reloader.remember_current_file()
+        timer = self.timer
+        await self.system.start_child(None, ChildSpec(CONF_RELOAD, lambda: PeriodicJobActor(
+            reloader.check_logged, timer=timer, key=CONF_RELOAD,
+            interval_s=lambda: float(self.cfg.conf_reload_interval_sec), what="config reload")))
         logger.info("conf_reload_enable: {} is read again every {}s; reloadable keys: {}", self.config_path,
                     self.cfg.conf_reload_interval_sec, ", ".join(RELOADABLE))
 
     async def _stop_reload(self) -> None:
-        if self._reload_task is not None:
-            self._reload_task.cancel()
-            await asyncio.gather(self._reload_task, return_exceptions=True)
-            self._reload_task = None
+        if self.system.get(CONF_RELOAD) is not None:
+            await self.system.stop_child(None, CONF_RELOAD)
 
     async def _close_lifecycle(self) -> None:
-        self.lifecycle.close()
+        await self.lifecycle.close()
 
     def apply_reload(self, new: ServerConfig, changes: dict[str, tuple[Any, Any]]) -> None:
         """A reloaded config whose changes are all in ``RELOADABLE``: applied in this one synchronous step
