@@ -2,8 +2,9 @@
 
 Wiring and start/stop only, above the transports as ``riffle_actors.server`` is for the shuffle
 server (so nothing in ``riffle_actors/coordinator/`` imports ``riffle_actors/transport/``).
-``Coordinator(cfg, clock=...)`` builds, on ``await start()``, in this order (each step undone in
-the reverse order by ``stop()``, and by a start that fails half-way):
+``Coordinator(cfg, clock=...)`` builds, on ``await start()``, in this order (a
+``runtime.StartSequence``, shared with the server: each step undone in the reverse order by
+``stop()``, and by a start that fails half-way):
 
 1. ``actors``: an ``ActorSystem`` whose root supervisor keeps ``TimerActor``, ``ClusterActor`` and
    ``AppRegistryActor`` alive (PERMANENT; a restarted incarnation wraps the same registry object
@@ -20,13 +21,13 @@ the reverse order by ``stop()``, and by a start that fails half-way):
 4. ``http``: an aiohttp site with ``transport.coordinator_http.build_app`` on exactly
    ``http_bind_address:http_port``, its state-changing routes guarded by the admin credentials
    (``cfg.admin_auth()``);
-5. ``metrics-push``: with ``[metrics] push_gateway_endpoint`` set, a ``MetricsPushActor`` the timer
-   tells to push the metrics to the Pushgateway every ``push_interval_sec``
+5. ``metrics-push``: with ``[metrics] push_gateway_endpoint`` set, a ``PeriodicJobActor`` the timer
+   wakes to push the metrics to the Pushgateway every ``push_interval_sec`` (the first at once)
    (``metrics_push.MetricsPusher``, job ``riffle-coordinator``).
 
 A port that cannot be opened raises ``transport.listen.ListenError`` (an ``OSError`` naming the
 port and its config keys), which the daemon logs as one line before exiting 1; what had started is
-stopped first. The bound ports are ``grpc_port`` / ``http_port`` after start. ``stop()`` closes the
+stopped first (in reverse order). The bound ports are ``grpc_port`` / ``http_port`` after start. ``stop()`` closes the
 listeners (in-flight RPCs get a short grace) and then stops every actor. Use it as ``async with``.
 
 ``main(argv)`` hands the command line to ``riffle_actors.daemon.run_daemon`` (``--config``,
@@ -41,7 +42,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import Awaitable, Callable
 from typing import Self
 
 import grpc
@@ -66,14 +66,17 @@ from riffle_actors.coordinator.service import CoordinatorService
 from riffle_actors.credentials import AdminCredentials
 from riffle_actors.daemon import PortFileWriter, run_daemon
 from riffle_actors.io.exclude_file import ExcludeFile
-from riffle_actors.metrics_push import COORDINATOR_JOB, MetricsPushActor, MetricsPusher, PushMetrics
+from riffle_actors.metrics_push import COORDINATOR_JOB, MetricsPusher
 from riffle_actors.runtime import (
     ActorRef,
     ActorSystem,
     ChildSpec,
     Clock,
+    PeriodicJobActor,
     RestartPolicy,
     ScheduleEvery,
+    StartSequence,
+    Step,
     SystemClock,
     TimerActor,
     TimerTable,
@@ -92,7 +95,7 @@ GRPC_OPTIONS = [
     ("grpc.so_reuseport", 0),  # a port held by another process must fail, not be shared
 ]
 
-Step = tuple[str, Callable[[], Awaitable[None]], Callable[[], Awaitable[None]]]
+METRICS_PUSH = "metrics-push"
 
 
 class Coordinator:
@@ -132,27 +135,19 @@ class Coordinator:
         self.pusher: MetricsPusher | None = None
         self._start_time_ms = 0
         self._grace_s = 1.0
-        self._started: list[Step] = []
-        self._steps: list[Step] = [
-            ("actors", self._start_actors, self._stop_actors),
-            ("timers", self._start_timers, self._stop_timers),
-            ("grpc", self._start_grpc, self._stop_grpc),
-            ("http", self._start_http, self._stop_http),
-            ("metrics-push", self._start_push, self._stop_push),
-        ]
+        # one ordered start with rollback and the stop in reverse order (runtime.StartSequence), as the server's
+        self._sequence = StartSequence([
+            Step("actors", self._start_actors, self._stop_actors),
+            Step("timers", self._start_timers),  # the schedules end with the timer (``actors``)
+            Step("grpc", self._start_grpc, self._stop_grpc),
+            Step("http", self._start_http, self._stop_http),
+            Step(METRICS_PUSH, self._start_push, self._stop_push),
+        ], what="coordinator")
 
     # ------------------------------------------------------------- start / stop
     async def start(self) -> None:
-        """Every step in order; when one fails, the ones started are stopped in reverse order."""
-        for step in self._steps:
-            name, start, _ = step
-            try:
-                await start()
-            except BaseException as e:
-                logger.debug("coordinator: start failed at step {!r}: {!r}", name, e)
-                await self.stop()
-                raise
-            self._started.append(step)
+        """Every step in order; when one fails, the ones started are stopped in reverse order and it raises."""
+        await self._sequence.start()
         cfg = self.cfg
         logger.info(
             "coordinator up: grpc {}:{} http {}:{} (strategy {}, hosts {})",
@@ -165,14 +160,9 @@ class Coordinator:
             logger.info("HTTP admin endpoints are disabled: no admin credentials are configured")
 
     async def stop(self, grace_s: float = 1.0) -> None:
-        """Stop the started steps in reverse order (each failure logged, the rest still stop)."""
+        """Stop the started steps in reverse order (each failure logged, the rest still stop). Idempotent."""
         self._grace_s = grace_s
-        while self._started:
-            name, _, stop = self._started.pop()
-            try:
-                await stop()
-            except Exception as e:  # noqa: BLE001 - the other steps still stop
-                logger.opt(exception=e).error("coordinator: stopping {!r} failed: {!r}", name, e)
+        await self._sequence.stop()
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -219,9 +209,6 @@ class Coordinator:
             await timer.ask(ScheduleEvery("poll-exclude-file", float(cfg.exclude_nodes_check_interval_sec),
                                           self.cluster_ref, PollExcludeFile()))
 
-    async def _stop_timers(self) -> None:
-        """Nothing to undo on its own: the schedules end with the timer (``actors``)."""
-
     async def _start_grpc(self) -> None:
         assert self.service is not None
         cfg = self.cfg
@@ -262,13 +249,15 @@ class Coordinator:
             cfg.metrics, registry=self.metrics.registry, job=COORDINATOR_JOB,
             grouping={"instance": f"{cfg.grpc_bind_address}:{self.grpc_port}", "version": __version__},
             refresh=self.admin.refresh_metrics, clock=self.clock)
-        ref = await self.system.start_child(None, ChildSpec("metrics-push", lambda: MetricsPushActor(pusher)))
-        await self.timer_ref.ask(ScheduleEvery("push-metrics", pusher.interval_s, ref, PushMetrics(),
-                                               first_delay_s=0.0))
+        pusher.describe()
+        timer = self.timer_ref
+        await self.system.start_child(None, ChildSpec(METRICS_PUSH, lambda: PeriodicJobActor(
+            pusher.push_once, timer=timer, key=METRICS_PUSH, interval_s=lambda: pusher.interval_s,
+            first_delay_s=0.0, what="metrics push")))
 
     async def _stop_push(self) -> None:
-        if self.pusher is not None:  # its timer entry goes with it
-            await self.system.stop_child(None, "metrics-push")
+        if self.pusher is not None:  # its timer entry is cancelled by its on_stop
+            await self.system.stop_child(None, METRICS_PUSH)
 
     # ------------------------------------------------------------- wiring
     async def _tell_server(self, view: ServerView, action: str) -> tuple[bool, str]:

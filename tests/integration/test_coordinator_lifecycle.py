@@ -119,7 +119,7 @@ async def test_health_and_info_keep_their_json_shapes() -> None:
 
 
 async def test_the_metrics_push_runs_on_the_timer_first_at_once_then_every_push_interval() -> None:
-    """``[metrics] push_gateway_endpoint``: a MetricsPushActor the timer tells; no pushing task sleeps."""
+    """``[metrics] push_gateway_endpoint``: a PeriodicJobActor the timer wakes; no pushing task sleeps."""
     from aiohttp import web
 
     pushes: list[str] = []
