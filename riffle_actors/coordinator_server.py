@@ -83,7 +83,7 @@ from riffle_actors.runtime import (
 )
 from riffle_actors.transport.coordinator_grpc import CoordinatorServicer, add_coordinator_servicer
 from riffle_actors.transport.coordinator_http import build_app
-from riffle_actors.transport.listen import bind_grpc, start_tcp_site
+from riffle_actors.transport.listen import ListenError, bind_grpc, start_tcp_site
 from riffle_actors.transport.server_internal import tell_server
 
 #: How long a decommission at the coordinator waits for the server's own answer.
@@ -142,7 +142,7 @@ class Coordinator:
             Step("grpc", self._start_grpc, self._stop_grpc),
             Step("http", self._start_http, self._stop_http),
             Step(METRICS_PUSH, self._start_push, self._stop_push),
-        ], what="coordinator")
+        ], what="coordinator", expected_errors=(ListenError,))  # a port in use: the daemon's one line
 
     # ------------------------------------------------------------- start / stop
     async def start(self) -> None:

@@ -6,7 +6,9 @@ order they depend on each other: the data-path locks, the actors, the listeners.
 
 - ``await seq.start()`` starts the steps one after the other. When step *k*'s ``start`` raises (or is
   cancelled), steps *k-1* .. *0* are stopped in reverse order, the failure is logged with the step's
-  name, and it is raised again: a half-started daemon leaves nothing running. Step *k* itself is not
+  name, and it is raised again: a half-started daemon leaves nothing running. A failure of one of the
+  ``expected_errors`` (e.g. a port in use, which the daemon reports as one line) is logged at debug
+  level without its traceback; any other with its traceback. Step *k* itself is not
   stopped (it did not start); a ``start`` that fails half-way undoes its own part before raising.
 - ``await seq.stop()`` stops every started step in reverse order. A step whose ``stop`` raises is
   logged and the rest still stop (a stop that cannot close a listener must not keep the data-path
@@ -64,14 +66,16 @@ class StartSequence:
     ``what`` names the daemon in the log lines (``"riffle-server"``, ``"coordinator"``).
     """
 
-    __slots__ = ("_phase", "_running", "_steps", "_stop_requested", "_stopped", "what")
+    __slots__ = ("_phase", "_running", "_steps", "_stop_requested", "_stopped", "expected_errors", "what")
 
-    def __init__(self, steps: Sequence[Step], *, what: str = "daemon") -> None:
+    def __init__(self, steps: Sequence[Step], *, what: str = "daemon",
+                 expected_errors: tuple[type[BaseException], ...] = ()) -> None:
         names = [s.name for s in steps]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"step names must be unique: {duplicates}")
         self.what = what
+        self.expected_errors = expected_errors  # start failures the caller reports itself (no traceback)
         self._steps: tuple[Step, ...] = tuple(steps)
         self._running: list[Step] = []
         self._phase = _Phase.NEW
@@ -97,8 +101,12 @@ class StartSequence:
             try:
                 await step.start()
             except BaseException as e:
-                logger.opt(exception=e).error("{}: start failed at step {!r}: {!r}; stopping {}", self.what,
-                                              step.name, e, _names_reversed(self._running) or "nothing")
+                if isinstance(e, self.expected_errors):
+                    logger.debug("{}: start failed at step {!r}: {!r}; stopping {}", self.what, step.name, e,
+                                 _names_reversed(self._running) or "nothing")
+                else:
+                    logger.opt(exception=e).error("{}: start failed at step {!r}: {!r}; stopping {}", self.what,
+                                                  step.name, e, _names_reversed(self._running) or "nothing")
                 await self._stop_running()
                 raise
             self._running.append(step)

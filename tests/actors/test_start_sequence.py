@@ -214,3 +214,15 @@ async def test_stop_before_start_does_nothing_and_start_is_refused_after_it():
 async def test_step_names_are_unique():
     with pytest.raises(ValueError, match="unique"):
         StartSequence(steps([], "aba"))
+
+
+async def test_an_expected_start_failure_is_rolled_back_and_logged_without_a_traceback(log_lines):
+    """``expected_errors`` (a port in use: the daemon reports it as one line) are logged at debug level."""
+    journal: list[str] = []
+    seq = StartSequence(steps(journal, "abc", fail_start="b"), what="coordinator", expected_errors=(Boom,))
+    with pytest.raises(Boom, match="b"):
+        await seq.start()
+    assert journal == ["start a", "fail b", "stop a"]
+    assert not [x for x in log_lines if x.startswith("ERROR") or "Traceback" in x]
+    [line] = [x for x in log_lines if "start failed" in x]
+    assert line.startswith("DEBUG coordinator: start failed at step 'b'") and "stopping a" in line
