@@ -6,7 +6,7 @@ and the ``ShuffleServerInternal`` gRPC service) call:
 - ``decommission()``: the server reports ``DECOMMISSIONING`` in its heartbeats from now on (a
   round is sent at once), so coordinators assign it no new partitions; it keeps serving the apps
   it has. Every ``decommission_check_interval_sec`` it looks at its app directory; once no app is
-  left it stops itself through the normal graceful stop (``request_stop``: the same path as
+  left (a ``PeriodicJobActor`` on the server's timer checks) it stops itself through the normal graceful stop (``request_stop``: the same path as
   SIGTERM, exit code 0). As upstream Uniffle's ``ShuffleServer.decommission`` /
   ``waitDecommissionFinish`` (with ``rss.server.decommission.shutdown`` = true): a second
   decommission is a no-op that succeeds; a server already stopping refuses.
@@ -41,7 +41,10 @@ from typing import Any
 from loguru import logger
 
 from riffle_actors.actors.heartbeat import BASE_TAGS, NETTY_TAG, HeartbeatSnapshot
-from riffle_actors.runtime import Clock
+from riffle_actors.runtime import ActorHost, ChildSpec, PeriodicJobActor, RestartPolicy
+
+#: the registered name of a decommission's watch (a ``PeriodicJobActor``, child of the root)
+WATCH_NAME = "decommission-watch"
 
 
 class LifecycleState(enum.StrEnum):
@@ -130,16 +133,20 @@ class ServiceTags:
 class Lifecycle:
     """See the module docstring. All methods run on the server's event loop."""
 
-    def __init__(self, *, apps: Mapping[str, Any], clock: Clock, check_interval_s: float,
+    def __init__(self, *, apps: Mapping[str, Any], system: ActorHost, check_interval_s: float,
                  request_stop: Callable[[], None], announce: Callable[[], Awaitable[Any]] | None = None,
-                 announce_timeout_s: float = 2.0, tags: Sequence[str] = (), start_unhealthy: bool = False):
+                 announce_timeout_s: float = 2.0, tags: Sequence[str] = (), start_unhealthy: bool = False,
+                 timer_name: str = "timer"):
         """``apps``: the live app directory (read only); ``request_stop()`` starts the graceful stop;
+        ``system``: where a decommission's watch runs, a ``PeriodicJobActor`` woken by the system's
+        ``TimerActor`` (registered as ``timer_name``) every ``check_interval_s``;
         ``announce()`` sends a heartbeat round now, so a status change has reached the coordinators
         when the action answers (waited for at most ``announce_timeout_s``). ``start_unhealthy``
         (Riffle's ``initial_unhealthy_status_enable``): the manual status is UNHEALTHY from the first
         heartbeat, until an operator sets the server HEALTHY."""
         self._apps = apps
-        self._clock = clock
+        self._system = system
+        self._timer_name = timer_name
         self._interval = check_interval_s
         self._request_stop = request_stop
         self.announce = announce
@@ -148,8 +155,8 @@ class Lifecycle:
         # UNHEALTHY | DECOMMISSIONED, set by update_state (or UNHEALTHY from the start)
         self.manual_status: str | None = "UNHEALTHY" if start_unhealthy else None
         self.tags = ServiceTags(tags)
-        self._watch: asyncio.Task[None] | None = None
         self.checks = 0  # app-count checks made by decommission watches (for tests)
+        self._logged_left = -1
 
     @property
     def app_count(self) -> int:
@@ -223,7 +230,7 @@ class Lifecycle:
         apps = len(self._apps)
         logger.warning("decommissioning: no new apps from the coordinators; {} app(s) still served, the server "
                        "stops once none is left (checked every {}s)", apps, self._interval)
-        self._watch = asyncio.get_running_loop().create_task(self._watch_apps(), name="decommission-watch")
+        await self._start_watch()
         await self._tell_coordinators()
         return self._outcome(True, f"decommissioning; the server stops once its {apps} app(s) are gone")
 
@@ -233,9 +240,7 @@ class Lifecycle:
         if self.state is not LifecycleState.DECOMMISSIONING:
             return self._outcome(False, f"cannot cancel: the server is {self.state.value}")
         self.state = LifecycleState.ACTIVE
-        if self._watch is not None:
-            self._watch.cancel()
-            self._watch = None
+        await self._stop_watch()
         logger.warning("decommission cancelled: ACTIVE again")
         await self._tell_coordinators()
         return self._outcome(True, "decommission cancelled; ACTIVE")
@@ -246,31 +251,44 @@ class Lifecycle:
         apps = len(self._apps)
         if not force and apps:
             return self._outcome(False, f"still {apps} app(s); kill=force stops the server whatever the apps")
+        await self._stop_watch()
         self._stop(f"killed by an operator ({apps} app(s) still registered)")
         return self._outcome(True, "stopping gracefully: announce DECOMMISSIONED, flush memory, exit")
 
     def _stop(self, why: str) -> None:
+        """The graceful stop (its own stop ends a watch still running: ``close``)."""
         self.state = LifecycleState.STOPPING
-        if self._watch is not None and self._watch is not asyncio.current_task():
-            self._watch.cancel()
-        self._watch = None
         logger.warning("stopping: {}", why)
         self._request_stop()
 
-    async def _watch_apps(self) -> None:
-        logged = -1
-        while self.state is LifecycleState.DECOMMISSIONING:
-            self.checks += 1
-            left = len(self._apps)
-            if left == 0:
-                self._stop("decommissioned: no app left")
-                return
-            if left != logged:  # each change once, not every check
-                logger.info("decommissioning: {} app(s) left", left)
-                logged = left
-            await self._clock.sleep(self._interval)
+    async def _start_watch(self) -> None:
+        """Every ``check_interval_s`` (the first check at once) until the decommission ends."""
+        timer = self._system.get(self._timer_name)
+        if timer is None:
+            raise RuntimeError(f"no {self._timer_name!r} actor: a decommission's watch needs the server's timer")
+        self._logged_left = -1
+        await self._system.start_child(None, ChildSpec(WATCH_NAME, lambda: PeriodicJobActor(
+            self._check_apps, timer=timer, key=WATCH_NAME, interval_s=lambda: self._interval, first_delay_s=0.0,
+            what="decommission watch"), RestartPolicy.TRANSIENT))
 
-    def close(self) -> None:
-        if self._watch is not None:
-            self._watch.cancel()
-            self._watch = None
+    async def _stop_watch(self) -> None:
+        watch = self._system.get(WATCH_NAME)
+        if watch is not None and watch.is_alive:
+            await self._system.stop_child(None, WATCH_NAME)
+
+    async def _check_apps(self) -> None:
+        """One check of a decommission: stop once no app is left."""
+        if self.state is not LifecycleState.DECOMMISSIONING:
+            return
+        self.checks += 1
+        left = len(self._apps)
+        if left == 0:
+            self._stop("decommissioned: no app left")
+            return
+        if left != self._logged_left:  # each change once, not every check
+            logger.info("decommissioning: {} app(s) left", left)
+            self._logged_left = left
+
+    async def close(self) -> None:
+        """The server stops: a decommission's watch ends."""
+        await self._stop_watch()

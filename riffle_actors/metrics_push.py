@@ -1,7 +1,8 @@
 """Optional push of a daemon's Prometheus registry to a Pushgateway (``[metrics]``, Riffle's keys).
 
-``MetricsPusher.run()`` loops until cancelled: every ``push_interval_sec`` (on the injected
-clock) it awaits ``refresh()`` (the daemon fills its pull snapshot, as a scrape would) and then
+``MetricsPusher.push_once()``, every ``push_interval_sec`` (both daemons run it as a
+``runtime.PeriodicJobActor`` on their timer; nothing here sleeps), awaits ``refresh()`` (the daemon
+fills its pull snapshot, as a scrape would) and then
 PUTs the registry to ``<push_gateway_endpoint>/metrics/job/<job>/<label>/<value>...`` on a thread
 (``prometheus_client.push_to_gateway``: blocking IO stays off the event loop). The grouping key is
 ``instance`` (the daemon's id, e.g. the server id), ``version`` and the configured ``labels``, as
@@ -62,9 +63,7 @@ class MetricsPusher:
         self.pushes += 1
         return True
 
-    async def run(self) -> None:
+    def describe(self) -> None:
         logger.info("pushing metrics to {} every {}s (job {}, labels {})", self.endpoint, self.interval_s,
                     self.job, self.grouping)
-        while True:
-            await self.push_once()
-            await self.clock.sleep(self.interval_s)
+

@@ -98,16 +98,14 @@ class ConfigReloader:
         except OSError:
             return None
 
-    async def run(self) -> None:
-        """Check every ``conf_reload_interval_sec`` (read from the config in force) until cancelled."""
-        while True:
-            await asyncio.sleep(self._current().conf_reload_interval_sec)
-            try:
-                await self.check()
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # noqa: BLE001 - a reload never takes the server down
-                logger.exception("config reload of {} failed; the config in force is kept", self.path)
+    async def check_logged(self) -> None:
+        """``check``, a failure logged (a reload never takes the server down). The server runs it every
+        ``conf_reload_interval_sec`` (read from the config in force: a new period applies from the next
+        look) as a ``PeriodicJobActor`` on its timer."""
+        try:
+            await self.check()
+        except Exception:  # noqa: BLE001 - a reload never takes the server down
+            logger.exception("config reload of {} failed; the config in force is kept", self.path)
 
     async def check(self) -> str:
         """One look at the file: "unchanged", "applied", "no change", "invalid" or "refused"."""

@@ -118,7 +118,7 @@ from riffle_actors.io.meta_store import meta_path
 from riffle_actors.io.safe_fs import RemovalProgress
 from riffle_actors.protocol.crc import check_indexed
 from riffle_actors.protocol.index import IndexEntry, index_inconsistency
-from riffle_actors.runtime import Actor, ActorRef
+from riffle_actors.runtime import Actor
 from riffle_actors.state.integrity import CorruptBlock, IntegrityLedger
 from riffle_actors.state.read_ahead import PlanCursor, ReadPlans, SequentialTracks
 from riffle_actors.state.throttle import TokenBucket
@@ -319,7 +319,8 @@ def _read_checked(read, local_io: LocalIO, root: str, app_id: str, shuffle_id: i
 class DiskResources:
     """What a disk keeps across Disk actor restarts: threads, IO layer, fences (see module docstring).
 
-    ``monitor`` is the DiskMonitor to report IO failures to (None: not reported).
+    ``monitor_name`` is the registered name of the DiskMonitor to report IO failures to, looked up at each
+    report (it starts after the disks; a name survives restarts); None: not reported.
     """
 
     name: str
@@ -328,7 +329,7 @@ class DiskResources:
     write_threads: int = 1
     read_threads: int = 2
     io_timeout_s: float | None = None
-    monitor: ActorRef | None = None
+    monitor_name: str | None = None
     throttle: DiskThrottle | None = None  # [localfile_store.io_limiter]; None: not limited
     index_check: bool = False  # index_consistency_detection_enable
     read_crc_check: bool = False  # [localfile_store] read_crc_check_enable (the server's default: on)
@@ -649,7 +650,7 @@ class DiskActor(Actor):
 
     def _failed(self, op: str, exc: BaseException) -> DiskIOError:
         err = DiskIOError(self.disk_name, op, exc)
-        monitor = self.res.monitor
+        monitor = self.system.get(self.res.monitor_name) if self.res.monitor_name is not None else None
         # only what says something about the disk (a missing file or a bad offset does not)
         if monitor is not None and err.kind.blames_disk:
             try:

@@ -13,7 +13,10 @@ pair, and at most ``max_concurrency`` writes run at once over the server. A writ
 data, then the 40-byte index records, on the writer's thread pool, within
 ``write_timeout_sec``. A failed or timed-out write (or one cut short by a crash of the actor)
 moves its pair to the next ``retry``: HDFS may keep the old file leased, and a thread still
-stuck in it must never share a file with a new write.
+stuck in it must never share a file with a new write. The abandoned files are closed by lease
+recovery once a write succeeds again: one request per file per round, the next round
+``LEASE_RECOVERY_RETRY_S`` later on the server's timer (``RetryLeaseRecovery``; no thread waits
+between two tries), at most ``LEASE_RECOVERY_ROUNDS`` rounds until the next successful write.
 
 The write is acknowledged (``HdfsWritten``) only once both files are closed; until then the
 batch is the SpillDispatcher's, still in memory, and a failure, a timeout or the actor's
@@ -63,7 +66,7 @@ from riffle_actors.protocol.hdfs_layout import (
 )
 from riffle_actors.protocol.index import build_index
 from riffle_actors.records import Block
-from riffle_actors.runtime import Actor, ActorDeadError, ActorRef, Clock, SystemClock
+from riffle_actors.runtime import Actor, ActorDeadError, ActorRef, Clock, Schedule, SystemClock
 from riffle_actors.state.tier_policy import HdfsHealth, Tier, TierReason, TierRules, choose_tier
 
 _FENCE_LIMIT = 10_000
@@ -267,6 +270,7 @@ class HdfsResources:
     # HDFS works again, so the bytes acknowledged before the failure become readable again
     recoveries: dict[str, RemoteStorage] = field(default_factory=dict)
     recovering: bool = False
+    recovery_rounds: int = 0  # lease recovery rounds since the last successful write started them
     app_bytes: Counter = field(default_factory=Counter)        # app -> bytes written to HDFS
     app_fallbacks: Counter = field(default_factory=Counter)    # app -> batches sent local after HDFS failed
     _pool: ThreadPoolExecutor | None = None
@@ -301,7 +305,18 @@ class HdfsResources:
             self._pool = None
 
 
-HdfsMsg = RegisterRemoteStorage | HdfsWrite | PurgeFiles | UnfenceApp | GetHdfsStats
+@dataclass(frozen=True, slots=True)
+class RetryLeaseRecovery:
+    """Told by the timer: another round of lease recovery of the abandoned files still leased."""
+
+
+#: A round of lease recovery asks the NameNode once per abandoned file; the files it has not closed yet
+#: are asked again this much later (on the server's timer), up to LEASE_RECOVERY_ROUNDS rounds; then
+#: the next successful write starts again (HDFS usually closes a file within a few seconds).
+LEASE_RECOVERY_RETRY_S = 0.5
+LEASE_RECOVERY_ROUNDS = 60
+
+HdfsMsg = RegisterRemoteStorage | HdfsWrite | PurgeFiles | UnfenceApp | GetHdfsStats | RetryLeaseRecovery
 
 
 class HdfsWriterActor(Actor):
@@ -346,6 +361,10 @@ class HdfsWriterActor(Actor):
             case UnfenceApp(app_id=app_id):
                 for key in [k for k in self.res.fenced if k[0] == app_id]:
                     del self.res.fenced[key]
+                return None
+            case RetryLeaseRecovery():
+                if self.res.recoveries and not self.res.recovering:
+                    self.spawn(self._recover())
                 return None
             case GetHdfsStats():
                 r = self.res
@@ -409,6 +428,7 @@ class HdfsWriterActor(Actor):
                         res.writes += 1
                         res.app_bytes[msg.app_id] += data_len
                         if res.recoveries and not res.recovering:
+                            res.recovery_rounds = 0
                             self.spawn(self._recover())  # HDFS works again: close the abandoned files
                         return HdfsWritten(pair.data, offset, slot.data_len)
                     raise HdfsWriteError(f"no free file name for {candidate.data} after {_MAX_NAME_PROBES} tries")
@@ -431,14 +451,17 @@ class HdfsWriterActor(Actor):
                     pf.free.append(slot.index)
 
     async def _recover(self) -> None:
+        """One round: one lease recovery request per abandoned file; a round for those still leased is
+        scheduled on the timer (``LEASE_RECOVERY_RETRY_S``, at most ``LEASE_RECOVERY_ROUNDS`` rounds)."""
         res = self.res
         res.recovering = True
+        res.recovery_rounds += 1
         loop = asyncio.get_running_loop()
         try:
             for path, remote in list(res.recoveries.items()):
                 try:
                     done = await asyncio.wait_for(loop.run_in_executor(
-                        res.pool, _recover_lease, res.io, remote, path), res.write_timeout_s * 2)
+                        res.pool, _recover_lease, res.io, remote, path), res.write_timeout_s)
                 except Exception as e:  # noqa: BLE001 - tried again after the next successful write
                     logger.warning("HDFS lease recovery of {} failed: {!r}", path, e)
                     return
@@ -447,6 +470,12 @@ class HdfsWriterActor(Actor):
                     logger.info("HDFS file {} closed by lease recovery after a failed write", path)
         finally:
             res.recovering = False
+        if res.recoveries and res.recovery_rounds < LEASE_RECOVERY_ROUNDS:
+            timer = self.system.get("timer")
+            if timer is not None:
+                timer.tell_nowait(Schedule(("hdfs-lease-recovery", self.ref.name),
+                                           self.system.clock.monotonic() + LEASE_RECOVERY_RETRY_S, self.ref,
+                                           RetryLeaseRecovery()))
 
     async def _purge(self, msg: PurgeFiles) -> int:
         res = self.res

@@ -2,8 +2,10 @@
 ``CoordinatorLink`` it sends it through.
 
 This module owns the timing, retries and bookkeeping of the shuffle server's membership in the
-cluster (spec §7.1). Every ``interval_s`` on the injected clock (the first one immediately at
-start, so a new server is assignable at once) the actor calls ``snapshot()`` and sends the
+cluster (spec §7.1). Every ``interval_s`` (the server's ``TimerActor``, registered as ``timer_name``,
+tells the actor a round is due, the first one immediately at start, so a new server is assignable at
+once; missed periods are coalesced, a round still going when the next is due makes that one skip) the
+actor calls ``snapshot()`` and sends the
 result to EVERY coordinator of the quorum, concurrently, each through its own
 ``CoordinatorLink`` (opened by ``connect(target)`` when the actor starts, closed when it stops),
 with a deadline of ``interval_s``. When the server passes a ``refresh`` coroutine function, each
@@ -49,7 +51,7 @@ from loguru import logger
 
 from riffle_actors import __version__
 from riffle_actors.log import RateLimitedLog
-from riffle_actors.runtime import Actor, Clock, SystemClock
+from riffle_actors.runtime import Actor, ActorDeadError, Cancel, Clock, ScheduleEvery, SystemClock
 
 #: Tags every server sends: the protocol generation the 0.10 client requires, and our transport.
 BASE_TAGS = ("ss_v5", "GRPC")
@@ -163,7 +165,12 @@ class HeartbeatStats:
     reachable: dict[str, bool] = field(default_factory=dict)
 
 
-HeartbeatMsg = SendHeartbeatNow | AnnounceStopping | GetHeartbeatStats
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeartbeatDue:
+    """Told by the timer every interval: send a periodic round (skipped while one is under way)."""
+
+
+HeartbeatMsg = SendHeartbeatNow | AnnounceStopping | GetHeartbeatStats | HeartbeatDue
 
 #: The status a stopping server reports (Uniffle: "done draining, about to leave").
 STOPPING_STATUS = "DECOMMISSIONED"
@@ -184,6 +191,7 @@ class HeartbeatActor(Actor):
         connect: Callable[[str], CoordinatorLink],
         warn_every_s: float = 60.0,
         refresh: Callable[[], Awaitable[None]] | None = None,
+        timer_name: str = "timer",
     ):
         """``connect(target)`` opens the link to one coordinator (``GrpcCoordinatorLink`` in the server)."""
         self.quorum = list(dict.fromkeys(quorum))
@@ -195,6 +203,9 @@ class HeartbeatActor(Actor):
         self._warn = RateLimitedLog(warn_every_s, monotonic=self.clock.monotonic)
         self._links: dict[str, CoordinatorLink] = {}
         self._reachable: dict[str, bool] = {}
+        self.timer_name = timer_name
+        self._timer_key = f"heartbeat:{id(self)}"
+        self._periodic_running = False
         self.stopping = False
         self.rounds = 0
         self.sent_ok = 0
@@ -206,9 +217,19 @@ class HeartbeatActor(Actor):
         if not self.quorum:
             logger.warning("no coordinator_quorum configured: this server will not be assigned by any coordinator")
             return
-        self.spawn(self._loop())
+        timer = self.system.get(self.timer_name)
+        if timer is None:
+            raise RuntimeError(f"no {self.timer_name!r} actor: the heartbeat's rounds are due on the server's timer")
+        self._timer_key = f"heartbeat:{self.ref.name}"
+        timer.tell_nowait(ScheduleEvery(self._timer_key, self.interval_s, self.ref, HeartbeatDue(), first_delay_s=0.0))
 
     async def on_stop(self) -> None:
+        timer = self.system.get(self.timer_name)
+        if timer is not None:
+            try:
+                timer.tell_nowait(Cancel(self._timer_key))
+            except ActorDeadError:
+                pass
         links, self._links = self._links, {}
         await asyncio.gather(*(link.close() for link in links.values()), return_exceptions=True)
 
@@ -219,6 +240,11 @@ class HeartbeatActor(Actor):
             case AnnounceStopping(timeout_s=timeout_s):
                 self.stopping = True
                 return self._announce(timeout_s)
+            case HeartbeatDue():
+                if not self._periodic_running:  # the sends run in a task: the mailbox stays free
+                    self._periodic_running = True
+                    self.spawn(self._periodic_round())
+                return None
             case GetHeartbeatStats():
                 return HeartbeatStats(
                     rounds=self.rounds, sent_ok=self.sent_ok, failed=self.failed, reachable=dict(self._reachable)
@@ -226,12 +252,12 @@ class HeartbeatActor(Actor):
             case _:
                 raise TypeError(f"unexpected message {msg!r}")
 
-    async def _loop(self) -> None:
-        while True:
-            next_at = self.clock.monotonic() + self.interval_s
+    async def _periodic_round(self) -> None:
+        try:
             await self._refresh()
             await self._round()
-            await self.clock.sleep(max(0.0, next_at - self.clock.monotonic()))
+        finally:
+            self._periodic_running = False
 
     async def _refresh(self) -> None:
         if self.refresh is None:

@@ -33,9 +33,8 @@ from dataclasses import dataclass
 
 from loguru import logger
 
-from riffle_actors.runtime import Actor, ActorDeadError, ActorRef, MailboxFullError
-from riffle_actors.runtime import Clock
 from riffle_actors.errors import NoBufferError, RiffleError, TicketNotFoundError
+from riffle_actors.runtime import Actor, ActorDeadError, ActorRef, Clock, MailboxFullError
 from riffle_actors.state.budget import BudgetSnapshot, MemoryBudget
 from riffle_actors.state.tickets import Ticket, TicketBook
 
@@ -106,13 +105,6 @@ class SetWatermarks:
 
 
 @dataclass(frozen=True, slots=True)
-class AttachAppManager:
-    """Tells the MemoryManager where to send spill rounds (the two actors refer to each other)."""
-
-    app_manager: ActorRef
-
-
-@dataclass(frozen=True, slots=True)
 class BudgetReport:
     budget: BudgetSnapshot
     tickets: int
@@ -132,7 +124,7 @@ class SpillLargest:
 _SPILL_ROUND_TIMEOUT_S = 30.0
 
 MemoryMsg = (RequireBuffer | TakeTicket | CommitTicket | MarkInFlight | ReleaseMemory | PurgeAppMemory
-             | ExpireTickets | SpillRoundDone | GetBudget | AttachAppManager | SetWatermarks)
+             | ExpireTickets | SpillRoundDone | GetBudget | SetWatermarks)
 
 
 class MemoryManagerActor(Actor):
@@ -140,7 +132,7 @@ class MemoryManagerActor(Actor):
     expected_errors = (RiffleError,)
 
     def __init__(self, *, budget: MemoryBudget, tickets: TicketBook, high_watermark: float, low_watermark: float,
-                 clock: Clock, app_manager: ActorRef | None = None, app_max_ticket_bytes: int | None = None,
+                 clock: Clock, app_manager_name: str = "app_manager", app_max_ticket_bytes: int | None = None,
                  app_max_tickets: int | None = None, sensitive_watermark: bool = False):
         # budget and tickets are created by the server and handed to every incarnation, so a
         # restart of this actor keeps the accounting of the memory that is really in use
@@ -151,7 +143,9 @@ class MemoryManagerActor(Actor):
         self.low_bytes = int(budget.capacity * low_watermark)
         # [hybrid_store] sensitive_watermark_spill_enable: in-flight bytes count in the high-watermark test
         self.sensitive_watermark = sensitive_watermark
-        self.app_manager = app_manager
+        # the AppManager that serves spill rounds, found by its registered name when memory has to be
+        # spilled (the two actors refer to each other and it starts after this one; a name survives restarts)
+        self.app_manager_name = app_manager_name
         # [memory_store] app_buffer_ticket_max_ratio x capacity / app_buffer_ticket_max_number; None = unbounded
         self.app_max_ticket_bytes = app_max_ticket_bytes
         self.app_max_tickets = app_max_tickets
@@ -209,8 +203,6 @@ class MemoryManagerActor(Actor):
                 self._spill_round_active = False
                 if scheduled:
                     self._maybe_spill()
-            case AttachAppManager(app_manager=ref):
-                self.app_manager = ref
             case SetWatermarks(high_watermark=high, low_watermark=low, sensitive=sensitive):
                 self.high_bytes = int(self.budget.capacity * high)
                 self.low_bytes = int(self.budget.capacity * low)
@@ -247,7 +239,8 @@ class MemoryManagerActor(Actor):
 
     def _maybe_spill(self, force: bool = False) -> None:
         self._track_watermark()
-        if self.app_manager is None:
+        app_manager = self.system.get(self.app_manager_name)
+        if app_manager is None:
             return
         if self._spill_round_active:
             if self.clock.monotonic() - self._spill_round_started < _SPILL_ROUND_TIMEOUT_S:
@@ -265,7 +258,7 @@ class MemoryManagerActor(Actor):
                 return  # Riffle: nothing to spill when what is not in flight is below the low watermark
             target = max(spillable - self.low_bytes, 1)
             try:
-                self.app_manager.tell_nowait(SpillLargest(target_bytes=target, reply_to=self.ref))
+                app_manager.tell_nowait(SpillLargest(target_bytes=target, reply_to=self.ref))
             except (MailboxFullError, ActorDeadError):
                 return  # the next commit or tick tries again
             self._spill_round_active = True

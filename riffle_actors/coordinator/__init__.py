@@ -7,15 +7,22 @@ Modules, each owning one thing:
 - ``validation``: the pure checks a shuffle server's heartbeat must pass before it is believed;
 - ``assignment``: the pure assignment strategies (partition_balance, basic; host strategies);
 - ``apps``: the pure application registry with a bounded history;
-- ``actors``: ``ClusterActor`` and ``AppRegistryActor``, which own that state at run time;
-- ``service``: ``CoordinatorService``, the use cases (heartbeats, assignments, apps, operator status and tags);
-- ``metrics``: the Prometheus metrics (``/metrics``, pulled from the service at each scrape or push);
+- ``events``: ``RegistryEvent``, what the pure registries return for the log instead of logging;
+- ``actors``: ``ClusterActor`` and ``AppRegistryActor``, which own that state at run time (told to
+  expire members and to re-read the exclude file by the runtime's ``TimerActor``);
+- ``service``: ``CoordinatorService``, the use cases (heartbeats, assignments, apps, operator status and
+  tags, Uniffle's REST queries);
+- ``admin``: ``CoordinatorAdmin``, what the coordinator says about itself (health, the metrics snapshot,
+  ``/api/coordinator/info``, the config listing), the counterpart of the server's ``riffle_actors.admin``;
+- ``metrics``: the Prometheus metrics and the ``CoordinatorCounters`` behind them;
 - ``static/``: the status page (HTML/JS/CSS served at ``/`` by the HTTP adapter; no build step);
-- ``runtime``: ``Coordinator``, the composition root that starts and stops all of the above and its
-  adapters (``riffle_actors.transport.coordinator_grpc``: the gRPC ``CoordinatorServer`` servicer;
-  ``riffle_actors.transport.coordinator_http``: the JSON API, ``/api/servers``, ``/api/apps``, ...,
-  Uniffle's ``/api/server/...``, ``/metrics`` and the status page);
-- ``main``: the ``riffle-coordinator`` console entry point (via ``riffle_actors.daemon``).
+- ``__main__`` / ``main``: entry points that forward to ``riffle_actors.coordinator_server.main``.
+
+The composition root, ``riffle_actors.coordinator_server.Coordinator``, sits above the package and the
+transports (``riffle_actors.transport.coordinator_grpc``: the gRPC ``CoordinatorServer`` servicer;
+``riffle_actors.transport.coordinator_http``: the JSON API, ``/api/servers``, ``/api/apps``, ...,
+Uniffle's ``/api/server/...``, ``/metrics`` and the status page), as ``riffle_actors.server`` does for
+the shuffle server: nothing in this package imports ``riffle_actors.transport``.
 
 See ``docs/coordinator.md`` for configuration, the HTTP API and the daemon commands.
 """

@@ -1,7 +1,7 @@
-"""``python -m riffle_actors.coordinator`` = ``riffle-coordinator``."""
+"""``python -m riffle_actors.coordinator`` = ``riffle-coordinator`` (``riffle_actors.coordinator_server.main``)."""
 
 import sys
 
-from riffle_actors.coordinator.main import main
+from riffle_actors.coordinator_server import main
 
 sys.exit(main())

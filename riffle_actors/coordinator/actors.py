@@ -1,37 +1,41 @@
 """The actors that own the coordinator's state: ``ClusterActor`` and ``AppRegistryActor``.
 
 Each actor wraps one pure state object and only routes messages to it (the logic and its tests
-live in ``cluster.py`` / ``apps.py``):
+live in ``cluster.py`` / ``apps.py``), then logs the ``events.RegistryEvent``s the registry returned
+(``log_events``):
 
 - ``ClusterActor`` owns the ``ClusterRegistry`` (server heartbeats, assignment bookkeeping,
-  operator status overrides) and the exclude-nodes file: every ``exclude_check_interval_s`` it
-  re-reads the file if its mtime changed.
+  operator status overrides) and the exclude-nodes file (``riffle_actors.io.exclude_file``): on
+  ``PollExcludeFile`` it re-reads the file in a thread if its mtime changed (one read at a time;
+  the mailbox is not blocked meanwhile) and applies the new list with ``SetExcluded``.
 - ``AppRegistryActor`` owns the ``AppRegistry``.
 
-Both expire silent members on a periodic ``Tick`` that a task owned by the actor tells itself
-after ``clock.sleep(interval)``; with a ``ManualClock`` a test's ``clock.advance(...)`` drives it.
+Periodic work comes from the runtime's ``TimerActor``, which the composition root
+(``riffle_actors.coordinator_server``) schedules: ``ExpireServers`` / ``ExpireApps`` every
+``expiry_check_interval_sec`` and ``PollExcludeFile`` every ``exclude_nodes_check_interval_sec``;
+with a ``ManualClock`` a test's ``clock.advance(...)`` drives them. Neither actor sleeps.
 Expected failures (``AssignmentError``, ``HeartbeatRefused``, unknown server, bad status,
 ``AppRegistryFull``) go back to the asker and never crash the actor.
 
 It does not cover: the use cases (``service.py``), gRPC/HTTP decoding (``riffle_actors.transport``) or
-wiring (``runtime.py``).
+wiring (``riffle_actors.coordinator_server``).
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from loguru import logger
+
 from riffle_actors.coordinator.apps import AppRegistry, AppRegistryFull, AppView
 from riffle_actors.coordinator.assignment import Assignment, AssignmentError, AssignmentRequest
-from riffle_actors.coordinator.cluster import (
-    ClusterRegistry,
-    ExcludeFile,
-    HeartbeatRefused,
-    ServerHeartbeat,
-    ServerStatus,
-)
-from riffle_actors.runtime import Actor, Clock
+from riffle_actors.coordinator.cluster import ClusterRegistry, HeartbeatRefused, ServerHeartbeat, ServerStatus
+from riffle_actors.coordinator.events import RegistryEvent
+from riffle_actors.io.exclude_file import ExcludeFile
+from riffle_actors.runtime import Actor
 
 
 class UnknownServerError(KeyError):
@@ -45,8 +49,13 @@ class UnknownServerError(KeyError):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Tick:
-    """Periodic self-message: expire silent members (and poll the exclude file)."""
+class ExpireServers:
+    """From the timer: drop servers silent for ``heartbeat_timeout_sec``."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PollExcludeFile:
+    """From the timer: re-read the exclude-nodes file if it changed (no-op without one)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,8 +104,8 @@ class SetServerTags:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RegistryStats:
-    """Replies ``ClusterRegistry.stats()`` (admission counters for ``/api/health``)."""
+class GetRegistryStats:
+    """Replies ``cluster.RegistryStats`` (admission counters for ``/api/health``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,8 +116,8 @@ class SetExcluded:
 
 
 ClusterMsg = (
-    Tick | Heartbeat | AssignShuffle | ListServers | CountCandidates | SetServerStatus | SetExcluded
-    | RegistryStats | SetServerTags
+    ExpireServers | PollExcludeFile | Heartbeat | AssignShuffle | ListServers | CountCandidates | SetServerStatus | SetExcluded
+    | GetRegistryStats | SetServerTags
 )
 
 
@@ -144,62 +153,52 @@ class ListApps:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class AppStats:
-    """Replies ``{"active", "historical", "expired_total", "registered_total"}`` (coordinator metrics)."""
+class GetAppStats:
+    """Replies ``apps.AppStats`` (coordinator metrics)."""
 
 
-AppMsg = Tick | RegisterApp | AppHeartbeat | RecordAssignment | ListApps | AppStats
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExpireApps:
+    """From the timer: move apps silent for ``[app] heartbeat_timeout_sec`` to the history."""
+
+
+AppMsg = ExpireApps | RegisterApp | AppHeartbeat | RecordAssignment | ListApps | GetAppStats
 
 
 # ----------------------------------------------------------------------------- actors
 
 
-class _Ticking(Actor):
-    """Tells itself ``Tick()`` every ``tick_interval_s`` on the injected clock."""
-
-    clock: Clock
-    tick_interval_s: float
-
-    async def on_start(self) -> None:
-        self.spawn(self._ticker())
-
-    async def _ticker(self) -> None:
-        while True:
-            await self.clock.sleep(self.tick_interval_s)
-            await self.ref.tell(Tick())
+def log_events(events: Iterable[RegistryEvent]) -> None:
+    """Write a registry's events to the log (the pure registries never log themselves)."""
+    for event in events:
+        logger.log(event.level, "{}", event.message)
 
 
-class ClusterActor(_Ticking):
+class ClusterActor(Actor):
     """Owns the server registry and the exclude-nodes file; see the module docstring."""
 
     expected_errors = (AssignmentError, HeartbeatRefused, UnknownServerError, ValueError)
 
-    def __init__(
-        self,
-        registry: ClusterRegistry,
-        *,
-        clock: Clock,
-        tick_interval_s: float,
-        exclude_file: ExcludeFile | None = None,
-        exclude_check_interval_s: float = 5.0,
-    ):
+    def __init__(self, registry: ClusterRegistry, *, exclude_file: ExcludeFile | None = None):
         self.registry = registry
-        self.clock = clock
-        self.tick_interval_s = tick_interval_s
         self.exclude_file = exclude_file
-        self.exclude_check_interval_s = exclude_check_interval_s
-        self._next_exclude_check = clock.monotonic()
-        self._poll_exclude()
+        self._polling = False  # a read of the exclude file is running in a thread
 
-    def _poll_exclude(self) -> None:
-        if self.exclude_file is None:
-            return
-        self._next_exclude_check = self.clock.monotonic() + self.exclude_check_interval_s
-        ids = self.exclude_file.poll()
+    async def _poll_exclude(self, exclude_file: ExcludeFile) -> None:
+        try:
+            ids = await asyncio.to_thread(exclude_file.poll)
+        finally:
+            self._polling = False
         if ids is not None:
-            self.registry.set_excluded(ids)
+            await self.ref.tell(SetExcluded(server_ids=ids))
 
     def receive(self, msg: ClusterMsg) -> Any:
+        try:
+            return self._handle(msg)
+        finally:
+            log_events(self.registry.take_events())
+
+    def _handle(self, msg: ClusterMsg) -> Any:
         match msg:
             case Heartbeat(heartbeat=hb, peer_host=peer):
                 return self.registry.heartbeat(hb, peer_host=peer)
@@ -212,7 +211,7 @@ class ClusterActor(_Ticking):
                 return self.registry.views()
             case CountCandidates():
                 return len(self.registry.candidates())
-            case RegistryStats():
+            case GetRegistryStats():
                 return self.registry.stats()
             case SetServerStatus(server_id=sid, status=status):
                 if self.registry.get(sid) is None:
@@ -226,26 +225,32 @@ class ClusterActor(_Ticking):
                 return next(v for v in self.registry.views() if v.node.id == sid)
             case SetExcluded(server_ids=ids):
                 self.registry.set_excluded(ids)
-            case Tick():
+            case ExpireServers():
                 self.registry.expire()
-                if self.exclude_file is not None and self.clock.monotonic() >= self._next_exclude_check:
-                    self._poll_exclude()
+            case PollExcludeFile():
+                if self.exclude_file is not None and not self._polling:
+                    self._polling = True
+                    self.spawn(self._poll_exclude(self.exclude_file))
             case _:
                 raise TypeError(f"unexpected message {msg!r}")
         return None
 
 
-class AppRegistryActor(_Ticking):
+class AppRegistryActor(Actor):
     """Owns the application registry; see the module docstring."""
 
     expected_errors = (AppRegistryFull,)
 
-    def __init__(self, registry: AppRegistry, *, clock: Clock, tick_interval_s: float):
+    def __init__(self, registry: AppRegistry):
         self.registry = registry
-        self.clock = clock
-        self.tick_interval_s = tick_interval_s
 
     def receive(self, msg: AppMsg) -> Any:
+        try:
+            return self._handle(msg)
+        finally:
+            log_events(self.registry.take_events())
+
+    def _handle(self, msg: AppMsg) -> Any:
         match msg:
             case RegisterApp(app_id=app_id, user=user, version=version, git_commit_id=git):
                 self.registry.register(app_id, user=user, version=version, git_commit_id=git)
@@ -256,9 +261,9 @@ class AppRegistryActor(_Ticking):
             case ListApps(historical=historical):
                 views: list[AppView] = self.registry.history() if historical else self.registry.active()
                 return views
-            case AppStats():
+            case GetAppStats():
                 return self.registry.stats()
-            case Tick():
+            case ExpireApps():
                 self.registry.expire()
             case _:
                 raise TypeError(f"unexpected message {msg!r}")

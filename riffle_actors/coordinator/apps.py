@@ -11,7 +11,9 @@ cannot be registered is simply not credited. Ids are checked by the caller
 partitions, servers used) let tests and operators check that a job really went through us.
 
 It does not cover: purging app data (shuffle servers do that themselves when the app stops
-heartbeating them) or timers (``actors.py`` drives ``expire()``).
+heartbeating them) or timers (``actors.py`` is told ``ExpireApps`` by the ``TimerActor``). Pure: the
+registrations and expiries are returned as ``events.RegistryEvent``s (``take_events()``), logged by
+the owning actor.
 """
 
 from __future__ import annotations
@@ -20,8 +22,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from loguru import logger
-
+from riffle_actors.coordinator.events import EventOutbox, RegistryEvent
 from riffle_actors.runtime import Clock
 
 
@@ -41,6 +42,17 @@ class _App:
     shuffles: int = 0
     partitions: int = 0
     servers: set[str] = field(default_factory=set)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AppStats:
+    """The registry's counts (``/metrics``, Uniffle's ``/api/app/total``)."""
+
+    active: int
+    historical: int
+    expired_total: int
+    registered_total: int
+    refused_total: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,6 +84,11 @@ class AppRegistry:
         self._history: deque[AppView] = deque(maxlen=history_size)
         self.expired_total = 0
         self.registered_total = 0
+        self.outbox = EventOutbox()  # registrations and expiries, logged by the owning actor
+
+    def take_events(self) -> list[RegistryEvent]:
+        """What happened since the last call (``events.RegistryEvent``), for the owner to log."""
+        return self.outbox.take_events()
 
     def _touch(self, app_id: str) -> _App:
         now_m, now_ms = self.clock.monotonic(), int(self.clock.time() * 1000)
@@ -84,7 +101,7 @@ class AppRegistry:
             app = _App(app_id=app_id, registered_epoch_ms=now_ms, last_heartbeat_monotonic=now_m, last_heartbeat_epoch_ms=now_ms)
             self._apps[app_id] = app
             self.registered_total += 1
-            logger.info("app {} registered", app_id)
+            self.outbox.info("app_registered", f"app {app_id} registered")
         else:
             app.last_heartbeat_monotonic, app.last_heartbeat_epoch_ms = now_m, now_ms
         return app
@@ -118,15 +135,14 @@ class AppRegistry:
         for app in gone:
             del self._apps[app.app_id]
             self._history.append(_view(app, expired_epoch_ms=now_ms))
-            logger.info("app {} expired: no heartbeat for {}s", app.app_id, self.heartbeat_timeout_s)
+            self.outbox.info("app_expired", f"app {app.app_id} expired: no heartbeat for {self.heartbeat_timeout_s}s")
         self.expired_total += len(gone)
         return [a.app_id for a in gone]
 
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> AppStats:
         """Counts for the coordinator's metrics."""
-        return {"active": len(self._apps), "historical": len(self._history),
-                "expired_total": self.expired_total, "registered_total": self.registered_total,
-                "refused_total": self.refused_total}
+        return AppStats(active=len(self._apps), historical=len(self._history), expired_total=self.expired_total,
+                        registered_total=self.registered_total, refused_total=self.refused_total)
 
     def __contains__(self, app_id: object) -> bool:
         return app_id in self._apps

@@ -30,24 +30,22 @@ second server cannot steal a live server's id (and its traffic). Each conflict i
 and counted in ``id_conflicts_total``; refusals raise ``HeartbeatRefused`` and are counted in
 ``refused`` by kind.
 
-``ExcludeFile`` reads the operator exclude list (one server id a line, ``#`` comments) and
-re-reads it only when its mtime changes.
+Pure: no IO and no logging. What an operator should read (a server registered, moved, lost or
+refused, an operator's override) is returned as ``events.RegistryEvent``s (``take_events()``),
+which the owning actor logs.
 
-It does not cover: the ranking itself (``assignment.py``), protobuf (``transport.coordinator_grpc``) or
-timers (``actors.py`` drives ``expire()`` and ``ExcludeFile.poll()``).
+It does not cover: the ranking itself (``assignment.py``), protobuf (``transport.coordinator_grpc``),
+the exclude-nodes file (``riffle_actors.io.exclude_file``) or timers (``actors.py`` is told
+``ExpireServers`` by the composition root's ``TimerActor``).
 """
 
 from __future__ import annotations
 
 import enum
-import os
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from loguru import logger
-
-from riffle_actors.runtime import Clock
 from riffle_actors.coordinator.assignment import (
     Assignment,
     AssignmentError,
@@ -56,6 +54,8 @@ from riffle_actors.coordinator.assignment import (
     assign,
 )
 from riffle_actors.coordinator.config import AssignmentStrategy, HostStrategy
+from riffle_actors.coordinator.events import EventOutbox, RegistryEvent
+from riffle_actors.runtime import Clock
 
 #: Transport tags and the client setting that selects them; used to make "no candidate" errors actionable.
 _TAG_HINTS = {
@@ -169,6 +169,17 @@ class ServerView:
         return self.node.tags | self.operator_tags
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RegistryStats:
+    """The registry's admission counters (``/api/health``, ``/metrics``)."""
+
+    registered: int
+    max_servers: int  # [server] max_servers
+    lost_total: int
+    id_conflicts_total: int
+    refused: dict[str, int]  # refused heartbeats by kind, sorted
+
+
 @dataclass(slots=True)
 class _Rejections:
     excluded: int = 0
@@ -211,6 +222,11 @@ class ClusterRegistry:
         self._conflicts: dict[str, tuple[str, int]] = {}  # id -> the refused address last logged
         self._full_logged = False
         self._host_limit_logged: set[str] = set()
+        self.outbox = EventOutbox()  # what an operator should read in the log; the actor logs it
+
+    def take_events(self) -> list[RegistryEvent]:
+        """What happened since the last call (``events.RegistryEvent``), for the owner to log."""
+        return self.outbox.take_events()
 
     # ------------------------------------------------------------------ membership
 
@@ -225,10 +241,9 @@ class ClusterRegistry:
         if node is not None and _address(node.heartbeat) != _address(hb):
             if not self._is_stale(node):
                 self._refuse_conflict(node, hb, peer_host)
-            logger.warning(
-                "server {} moved from {} to {} (peer {}): the old address was silent for {}s",
-                hb.id, _show_address(node.heartbeat), _show_address(hb), peer_host, self.heartbeat_timeout_s,
-            )
+            self.outbox.warning(
+                "moved", f"server {hb.id} moved from {_show_address(node.heartbeat)} to {_show_address(hb)} "
+                f"(peer {peer_host}): the old address was silent for {self.heartbeat_timeout_s}s")
             self._remove(hb.id)
             node = None
         if node is None:
@@ -237,16 +252,14 @@ class ClusterRegistry:
                 heartbeat=hb, registered_epoch_ms=now_ms, last_heartbeat_monotonic=now_m,
                 last_heartbeat_epoch_ms=now_ms, peer_host=peer_host,
             ))
-            logger.info(
-                "server {} registered ({}, tags {}, from {})",
-                hb.id, _show_address(hb), sorted(hb.tags), peer_host,
-            )
+            self.outbox.info("registered", f"server {hb.id} registered ({_show_address(hb)}, tags "
+                                           f"{sorted(hb.tags)}, from {peer_host})")
             return True
         if node.heartbeat.reported_status is not hb.reported_status:
             if hb.reported_status is ServerStatus.DECOMMISSIONED:
-                logger.info("server {} announced that it is stopping: no new assignments", hb.id)
+                self.outbox.info("status", f"server {hb.id} announced that it is stopping: no new assignments")
             else:
-                logger.info("server {} reports {}", hb.id, hb.reported_status.name)
+                self.outbox.info("status", f"server {hb.id} reports {hb.reported_status.name}")
         if node.peer_host != peer_host:
             self._count_host(node.peer_host, -1)
             self._count_host(peer_host, +1)
@@ -262,11 +275,10 @@ class ClusterRegistry:
         if self._conflicts.get(hb.id) != _address(hb):
             self._conflicts[hb.id] = _address(hb)
             self.id_conflicts_total += 1
-            logger.warning(
-                "server id conflict: {} is registered from {} (peer {}) and a heartbeat from {} (peer {}) "
-                "claims it too; the second one is refused while the first keeps heartbeating",
-                hb.id, held, node.peer_host, claimed, peer_host,
-            )
+            self.outbox.warning(
+                "id_conflict", f"server id conflict: {hb.id} is registered from {held} (peer {node.peer_host}) "
+                f"and a heartbeat from {claimed} (peer {peer_host}) claims it too; the second one is refused "
+                f"while the first keeps heartbeating")
         age = self.clock.monotonic() - node.last_heartbeat_monotonic
         raise HeartbeatRefused(
             "id_conflict",
@@ -279,10 +291,9 @@ class ClusterRegistry:
             self.refused["registry_full"] += 1
             if not self._full_logged:
                 self._full_logged = True
-                logger.warning(
-                    "server registry full ({} servers, [server] max_servers): new server ids are refused, "
-                    "first {} from {} (peer {})", len(self._nodes), hb.id, _show_address(hb), peer_host,
-                )
+                self.outbox.warning(
+                    "registry_full", f"server registry full ({len(self._nodes)} servers, [server] max_servers): "
+                    f"new server ids are refused, first {hb.id} from {_show_address(hb)} (peer {peer_host})")
             raise HeartbeatRefused(
                 "registry_full",
                 f"the coordinator's registry is full ({len(self._nodes)} servers, [server] max_servers); "
@@ -293,10 +304,9 @@ class ClusterRegistry:
             self.refused["host_limit"] += 1
             if peer_host not in self._host_limit_logged:
                 self._host_limit_logged.add(peer_host)
-                logger.warning(
-                    "{} server ids are registered from {} ([server] max_servers_per_host): refusing new ids "
-                    "from it, first {}", self._per_host[peer_host], peer_host, hb.id,
-                )
+                self.outbox.warning(
+                    "host_limit", f"{self._per_host[peer_host]} server ids are registered from {peer_host} "
+                    f"([server] max_servers_per_host): refusing new ids from it, first {hb.id}")
             raise HeartbeatRefused(
                 "host_limit",
                 f"{self._per_host[peer_host]} server ids are already registered from {peer_host} "
@@ -321,15 +331,10 @@ class ClusterRegistry:
         if delta < 0:
             self._host_limit_logged.discard(host)
 
-    def stats(self) -> dict[str, object]:
+    def stats(self) -> RegistryStats:
         """Admission counters for ``/api/health``."""
-        return {
-            "registered": len(self._nodes),
-            "max_servers": self.capacity,
-            "lost_total": self.lost_total,
-            "id_conflicts_total": self.id_conflicts_total,
-            "refused": dict(sorted(self.refused.items())),
-        }
+        return RegistryStats(registered=len(self._nodes), max_servers=self.capacity, lost_total=self.lost_total,
+                             id_conflicts_total=self.id_conflicts_total, refused=dict(sorted(self.refused.items())))
 
     def expire(self) -> list[str]:
         """Drop servers silent for longer than the timeout; returns their ids."""
@@ -337,7 +342,7 @@ class ClusterRegistry:
         lost = [sid for sid, n in self._nodes.items() if n.last_heartbeat_monotonic < deadline]
         for sid in lost:
             self._remove(sid)
-            logger.warning("server {} lost: no heartbeat for {}s", sid, self.heartbeat_timeout_s)
+            self.outbox.warning("lost", f"server {sid} lost: no heartbeat for {self.heartbeat_timeout_s}s")
         self.lost_total += len(lost)
         return lost
 
@@ -360,7 +365,7 @@ class ClusterRegistry:
         """Replace the operator exclude list (ids need not be registered)."""
         new = frozenset(server_ids)
         if new != self._excluded:
-            logger.info("exclude list now {} server(s): {}", len(new), sorted(new))
+            self.outbox.info("excluded", f"exclude list now {len(new)} server(s): {sorted(new)}")
         self._excluded = new
 
     def set_operator_status(self, server_id: str, status: ServerStatus) -> None:
@@ -372,7 +377,7 @@ class ClusterRegistry:
             self._overrides[server_id] = status
         else:
             raise ValueError(f"operator status must be ACTIVE, DECOMMISSIONING or DECOMMISSIONED, not {status.name}")
-        logger.info("operator set server {} to {}", server_id, status.name)
+        self.outbox.info("operator_status", f"operator set server {server_id} to {status.name}")
 
     def set_operator_tags(self, server_id: str, *, add: Iterable[str] = (), remove: Iterable[str] = ()) -> None:
         """Add or remove operator tags of a server (they survive expiry, like status overrides).
@@ -391,7 +396,7 @@ class ClusterRegistry:
             self._operator_tags[server_id] = tags
         else:
             self._operator_tags.pop(server_id, None)
-        logger.info("operator tags of server {} now {}", server_id, sorted(tags))
+        self.outbox.info("operator_tags", f"operator tags of server {server_id} now {sorted(tags)}")
 
     def tags_of(self, node: ServerNode) -> frozenset[str]:
         """The tags an assignment matches: the heartbeat's plus the operator's."""
@@ -531,44 +536,3 @@ def _address(hb: ServerHeartbeat) -> tuple[str, int]:
 
 def _show_address(hb: ServerHeartbeat) -> str:
     return f"[{hb.ip}]:{hb.grpc_port}" if ":" in hb.ip else f"{hb.ip}:{hb.grpc_port}"
-
-
-class ExcludeFile:
-    """The operator's exclude-nodes file, re-read only when its mtime (or existence) changes."""
-
-    _MISSING = (-1, -1, -1)
-
-    def __init__(self, path: str):
-        self.path = path
-        self._stamp: tuple[int, int, int] | None = None  # (mtime_ns, size, inode) last read; None = never polled
-
-    def poll(self) -> frozenset[str] | None:
-        """The new set of excluded ids when the file changed since the last call, else None.
-
-        A missing file means "nobody excluded"; an unreadable one keeps the previous list.
-        """
-        try:
-            st = os.stat(self.path)
-        except FileNotFoundError:
-            if self._stamp == self._MISSING:
-                return None
-            self._stamp = self._MISSING
-            logger.warning("exclude_nodes_file {} does not exist: no server excluded", self.path)
-            return frozenset()
-        stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
-        if stamp == self._stamp:
-            return None
-        try:
-            with open(self.path, encoding="utf-8") as f:
-                ids = parse_exclude_list(f.read())
-        except OSError as e:
-            logger.warning("cannot read exclude_nodes_file {}: {}", self.path, e)
-            return None
-        self._stamp = stamp
-        return ids
-
-
-def parse_exclude_list(text: str) -> frozenset[str]:
-    """One server id a line; blank lines and ``#`` comments ignored."""
-    ids = (line.split("#", 1)[0].strip() for line in text.splitlines())
-    return frozenset(i for i in ids if i)

@@ -11,8 +11,8 @@ section plus the ``RIFFLE_ADMIN_*`` environment variables), so an unusable crede
 unreadable ``token_file``, a short token in the environment) is a ``ConfigError`` (exit code 2)
 like any other bad key; ``CoordinatorConfig.admin_auth()`` hands the result to the runtime.
 
-It does not cover: reading the exclude-nodes file (``cluster.ExcludeFile``), checking heartbeats
-(``coordinator.validation``) or turning the config into running actors (``coordinator.runtime``).
+It does not cover: reading the exclude-nodes file (``riffle_actors.io.exclude_file``), checking heartbeats
+(``coordinator.validation``) or turning the config into running actors (``riffle_actors.coordinator_server``).
 """
 
 from __future__ import annotations

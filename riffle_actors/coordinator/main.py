@@ -1,41 +1,17 @@
-"""The ``riffle-coordinator`` console entry point.
+"""The ``riffle-coordinator`` console entry point of installs made before the composition root moved.
 
-``main(argv)`` hands the command line to ``riffle_actors.daemon.run_daemon`` (``--config``,
-``--daemon``, ``--pid-file``, ``--port-file``, ``stop``, ``status``; see that module for the
-contract) with ``serve``, which runs a ``Coordinator`` until SIGTERM/SIGINT.
+The coordinator's ``main`` lives in ``riffle_actors.coordinator_server`` (the composition root,
+above the transports; ``[project.scripts]`` points there). This module only forwards to it, so a
+console script generated from the older ``riffle_actors.coordinator.main:main`` keeps working; it
+is one of the two entry modules of the package that may import the root (``pyproject.toml``,
+contract ``coordinator-below-transports``).
 """
 
 from __future__ import annotations
 
-import asyncio
+from riffle_actors.coordinator_server import main
 
-from riffle_actors.coordinator.config import CoordinatorConfig, load_coordinator_config
-from riffle_actors.coordinator.runtime import Coordinator
-from riffle_actors.daemon import PortFileWriter, run_daemon
-
-
-async def serve(cfg: CoordinatorConfig, stop: asyncio.Event, ports: PortFileWriter) -> int:
-    """Run the coordinator until ``stop`` is set; returns the exit code."""
-    coordinator = Coordinator(cfg)
-    await coordinator.start()
-    try:
-        ports(grpc_port=coordinator.grpc_port, http_port=coordinator.http_port)
-        await stop.wait()
-    finally:
-        await coordinator.stop()
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    return run_daemon(
-        argv,
-        prog="riffle-coordinator",
-        description="Uniffle-compatible shuffle coordinator (gRPC + HTTP JSON API)",
-        load_config=load_coordinator_config,
-        log_config=lambda cfg: cfg.log,
-        serve=serve,
-    )
-
+__all__ = ["main"]
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -21,12 +21,17 @@ fixed set (``status``, ``kind``, ``rpc``), never a server or app id:
 | ``riffle_coordinator_rpc_total{rpc}`` | counter | gRPC calls by method |
 | ``riffle_coordinator_uptime_seconds`` | gauge | seconds since start |
 
-It does not cover: collecting the figures (``transport.coordinator_http`` asks the service) or the
-push to a Pushgateway (``riffle_actors.metrics_push``).
+``CoordinatorCounters`` holds the counters the use cases bump (refusals, assignments) and the
+gRPC adapter's calls by method (``on_rpc``, the recorder of ``transport.rpc_answer``): the service
+layer writes them, ``coordinator.admin`` reads them into the snapshot and ``/api/health``.
+
+It does not cover: collecting the figures (``coordinator.admin.CoordinatorAdmin.refresh_metrics``
+asks the actors) or the push to a Pushgateway (``riffle_actors.metrics_push``).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -36,9 +41,25 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 LAG_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0)
 
 
+@dataclass(slots=True)
+class CoordinatorCounters:
+    """What the coordinator counted since start (written by the service layer and the gRPC adapter)."""
+
+    heartbeats_refused: Counter[str] = field(default_factory=Counter)  # refused server heartbeats, by kind
+    requests_refused: Counter[str] = field(default_factory=Counter)  # refused driver requests, by kind
+    assignments_total: int = 0
+    assignment_failures_total: int = 0
+    assigned_partitions_total: int = 0
+    rpc_calls: Counter[str] = field(default_factory=Counter)  # gRPC calls by method
+
+    def on_rpc(self, rpc: str, status_name: str, started: float, app_id: str = "") -> None:
+        """One answered gRPC call (``transport.rpc_answer``'s recorder): counted by method."""
+        self.rpc_calls[rpc] += 1
+
+
 @dataclass
 class CoordinatorSnapshot:
-    """What the collector reads; refreshed by the HTTP adapter before each scrape or push."""
+    """What the collector reads; refreshed by ``coordinator.admin`` before each scrape or push."""
 
     servers_by_status: dict[str, int] = field(default_factory=dict)  # every status named, 0 included
     heartbeat_ages_s: list[float] = field(default_factory=list)
@@ -102,11 +123,12 @@ class _Collector:
 
 
 class CoordinatorMetrics:
-    """The coordinator's registry and the snapshot its collector reads."""
+    """The coordinator's registry, the snapshot its collector reads and the counters behind it."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.snapshot = CoordinatorSnapshot()
+        self.counters = CoordinatorCounters()
         self.registry.register(_Collector(self))
 
     def render(self) -> bytes:

@@ -22,24 +22,39 @@ refusal is counted in ``heartbeats_refused`` by kind (``invalid``, ``source_not_
 logged here with the peer address (repeats of the same one at the 1st, 10th, 100th, ...
 occurrence), the registry logs its own.
 
-It does not cover: protobuf or JSON (the adapters), the state rules (``cluster.py``, ``apps.py``,
-``assignment.py``) or wiring (``runtime.py``).
+Operator actions: ``set_server_status`` (an override) and, for DECOMMISSIONING / ACTIVE, the
+server's own ``ShuffleServerInternal.decommission`` / ``cancelDecommission`` through the injected
+``tell_server`` (as upstream's coordinator does; the composition root hands in the transport's
+call): ``decommission`` answers a ``StatusChange`` with the view and what the server said
+(``ServerTold``). The queries behind Uniffle's REST routes (``nodes``, ``status_summary``,
+``find_apps``, ``user_totals``, ``apps_by_registration``) answer typed views the adapter encodes.
+
+Counters (refusals, assignments) go into the ``CoordinatorCounters`` handed in
+(``coordinator.metrics``), read by ``coordinator.admin`` for ``/api/health`` and ``/metrics``.
+
+It does not cover: protobuf or JSON (the adapters), health, metrics and the coordinator's own
+description (``admin.py``), the state rules (``cluster.py``, ``apps.py``, ``assignment.py``) or
+wiring (``riffle_actors.coordinator_server``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 
 from loguru import logger
 
 from riffle_actors.coordinator import actors as msgs
-from riffle_actors.coordinator.apps import AppRegistryFull, AppView
+from riffle_actors.coordinator.apps import AppRegistryFull, AppStats, AppView
 from riffle_actors.coordinator.assignment import Assignment, AssignmentError, AssignmentRequest
 from riffle_actors.coordinator.cluster import HeartbeatRefused, ServerHeartbeat, ServerStatus, ServerView
 from riffle_actors.coordinator.config import CoordinatorConfig
+from riffle_actors.coordinator.metrics import CoordinatorCounters
 from riffle_actors.coordinator.validation import (
+    AppFilter,
     MalformedHeartbeat,
     RepeatFilter,
     app_request_problem,
@@ -51,11 +66,37 @@ from riffle_actors.coordinator.validation import (
 from riffle_actors.errors import AccessDeniedError, InternalError, InvalidRequestError
 from riffle_actors.runtime import ActorRef
 
+#: ``tell_server(view, "decommission" | "cancelDecommission") -> (ok, message)``: the server's own call.
+TellServer = Callable[[ServerView, str], Awaitable[tuple[bool, str]]]
+
+#: Apps matched between two turns of the event loop (``find_apps``).
+MATCH_SLICE = 1000
+
+_TELL_ACTIONS = {ServerStatus.DECOMMISSIONING: "decommission", ServerStatus.ACTIVE: "cancelDecommission"}
+
+
+@dataclass(frozen=True, slots=True)
+class ServerTold:
+    """What a server answered when the coordinator told it about a decommission or its cancellation."""
+
+    action: str  # "decommission" or "cancelDecommission"
+    ok: bool
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class StatusChange:
+    """An operator's status override and, when the server was told, its answer."""
+
+    view: ServerView
+    told: ServerTold | None = None
+
 
 class CoordinatorService:
     """See the module docstring."""
 
-    def __init__(self, cfg: CoordinatorConfig, *, cluster_ref: ActorRef, apps_ref: ActorRef):
+    def __init__(self, cfg: CoordinatorConfig, *, cluster_ref: ActorRef, apps_ref: ActorRef,
+                 counters: CoordinatorCounters | None = None, tell_server: TellServer | None = None):
         self.cluster_ref = cluster_ref
         self.apps_ref = apps_ref
         self.client_conf: tuple[tuple[str, str], ...] = tuple(cfg.client_conf.items())
@@ -64,12 +105,8 @@ class CoordinatorService:
         self._networks = parse_networks(cfg.server.allowed_networks)
         self.max_partitions_per_assignment = cfg.max_partitions_per_assignment
         self.max_data_replica = cfg.max_data_replica
-        self.requests_refused: Counter[str] = Counter()  # driver requests refused, by kind (/api/health)
-        self.heartbeats_refused: Counter[str] = Counter()
-        # assignment counters read by the coordinator's /metrics
-        self.assignments_total = 0
-        self.assignment_failures_total = 0
-        self.assigned_partitions_total = 0
+        self.counters = counters if counters is not None else CoordinatorCounters()
+        self.tell_server = tell_server
         self._refusal_log = RepeatFilter()
 
     # ---------------------------------------------------------------- shuffle servers
@@ -86,11 +123,11 @@ class CoordinatorService:
         try:
             await self.cluster_ref.ask(msgs.Heartbeat(heartbeat=beat, peer_host=peer))
         except HeartbeatRefused as e:
-            self.heartbeats_refused[e.kind] += 1  # the registry logs its refusals itself (once per change)
+            self.counters.heartbeats_refused[e.kind] += 1  # the registry logs its refusals itself (once per change)
             raise AccessDeniedError(str(e)) from None
 
     def _log_refusal(self, kind: str, message: str, peer: str | None, server_id: str) -> None:
-        self.heartbeats_refused[kind] += 1
+        self.counters.heartbeats_refused[kind] += 1
         count = self._refusal_log.hit((kind, peer, message))
         if count is not None:
             seen = f" (seen {count} times)" if count > 1 else ""
@@ -135,12 +172,35 @@ class CoordinatorService:
             raise InvalidRequestError(str(e)) from None
         return view
 
-    async def app_stats(self) -> dict[str, int]:
-        stats: dict[str, int] = await self.apps_ref.ask(msgs.AppStats())
-        return stats
+    async def decommission(self, server_id: str, status: ServerStatus) -> StatusChange:
+        """``set_server_status``, then tell the server itself about a DECOMMISSIONING or its cancellation
+        (ACTIVE) when a ``tell_server`` is wired; the view is read again after the server answered (its
+        heartbeat may have come meanwhile). Raises as ``set_server_status``."""
+        view = await self.set_server_status(server_id, status)
+        told = await self._tell(view, status)
+        if told is not None:
+            view = await self.server(server_id) or view
+        return StatusChange(view, told)
 
-    async def registry_stats(self) -> dict[str, int]:
-        stats: dict[str, int] = await self.cluster_ref.ask(msgs.RegistryStats())
+    async def decommission_many(self, server_ids: Sequence[str], status: ServerStatus) -> list[StatusChange]:
+        """``set_server_status`` for each id in order (the first failure raises; the ones before it
+        stay set, as upstream), then every server told at once."""
+        views = [await self.set_server_status(sid, status) for sid in server_ids]
+        answers = await asyncio.gather(*(self._tell(v, status) for v in views))
+        return [StatusChange(v, told) for v, told in zip(views, answers)]
+
+    async def _tell(self, view: ServerView, status: ServerStatus) -> ServerTold | None:
+        action = _TELL_ACTIONS.get(status)
+        if self.tell_server is None or action is None:
+            return None
+        try:
+            ok, message = await self.tell_server(view, action)
+        except Exception as e:  # noqa: BLE001 - the override stands; the answer says what failed
+            ok, message = False, repr(e)
+        return ServerTold(action, ok, message)
+
+    async def app_stats(self) -> AppStats:
+        stats: AppStats = await self.apps_ref.ask(msgs.GetAppStats())
         return stats
 
     # ---------------------------------------------------------------- drivers
@@ -160,11 +220,11 @@ class CoordinatorService:
             assignment, servers = await self.cluster_ref.ask(msgs.AssignShuffle(
                 request=request, require_tags=tuple(require_tags), faulty_ids=tuple(faulty_ids)))
         except AssignmentError as e:
-            self.assignment_failures_total += 1
+            self.counters.assignment_failures_total += 1
             logger.warning("no assignment for app {} shuffle {}: {}", app_id, shuffle_id, e)
             raise InternalError(str(e)) from None
-        self.assignments_total += 1
-        self.assigned_partitions_total += request.partition_num * request.replica
+        self.counters.assignments_total += 1
+        self.counters.assigned_partitions_total += request.partition_num * request.replica
         if app_id:
             await self.apps_ref.tell(msgs.RecordAssignment(app_id=app_id, partitions=request.partition_num,
                                                            server_ids=tuple(sorted(servers))))
@@ -198,7 +258,7 @@ class CoordinatorService:
 
     def _refuse(self, kind: str, message: str) -> None:
         """Count a refused driver request; log it at the 1st, 10th, 100th, ... time of its kind."""
-        self.requests_refused[kind] += 1
+        self.counters.requests_refused[kind] += 1
         count = self._refusal_log.hit(("driver", kind))
         if count is not None:
             seen = f" ({count} refused so far)" if count > 1 else ""
@@ -208,6 +268,42 @@ class CoordinatorService:
         """Live apps, or the expired ones (newest first) when ``historical``."""
         views: list[AppView] = await self.apps_ref.ask(msgs.ListApps(historical=historical))
         return views
+
+    # ---------------------------------------------------------------- Uniffle's REST queries
+    async def nodes(self, status: str | None = None) -> list[ServerView]:
+        """Upstream's ``/api/server/nodes``: without ``status`` the servers not excluded; ``EXCLUDED``
+        the excluded ones; another status name (any case) the ones not excluded in that status."""
+        views = await self.list_servers()
+        if status is not None and status.upper() == ServerStatus.EXCLUDED.name:
+            return [v for v in views if v.excluded]
+        return [v for v in views if not v.excluded and (status is None or v.status.name == status.upper())]
+
+    async def status_summary(self) -> dict[str, int]:
+        """``{status name: count}`` over every registered server."""
+        return dict(Counter(v.status.name for v in await self.list_servers()))
+
+    async def find_apps(self, wanted: AppFilter) -> list[AppView]:
+        """One page of the live apps ``wanted`` matches, sorted by id; the loop gets a turn every
+        ``MATCH_SLICE`` apps (a regex over 10000 apps must not hold it)."""
+        chosen: list[AppView] = []
+        live = await self.list_apps()
+        for first in range(0, len(live), MATCH_SLICE):
+            chosen.extend(a for a in live[first:first + MATCH_SLICE]
+                          if wanted.matches(a.app_id, a.last_heartbeat_epoch_ms))
+            if first + MATCH_SLICE < len(live):
+                await asyncio.sleep(0)  # a turn of the loop, not a wait
+        chosen.sort(key=lambda a: a.app_id)
+        first = (wanted.page - 1) * wanted.page_size
+        return chosen[first:first + wanted.page_size]
+
+    async def user_totals(self) -> list[tuple[str, int]]:
+        """``(user, live apps)``, most apps first."""
+        per_user = Counter(a.user for a in await self.list_apps())
+        return sorted(per_user.items(), key=lambda kv: -kv[1])
+
+    async def apps_by_registration(self) -> list[AppView]:
+        """Live apps, newest registration first."""
+        return sorted(await self.list_apps(), key=lambda a: a.registered_epoch_ms, reverse=True)
 
     def access_cluster(self) -> str:
         """A fresh access id (every client is let in)."""

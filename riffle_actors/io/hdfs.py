@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import io
 import threading
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -125,17 +124,15 @@ class HdfsIO:
                 # event loop's included, and block it on a dead NameNode. Mark it closed ourselves.
                 io.RawIOBase.close(w)
 
-    def recover_lease(self, client, path: str, attempts: int = 60, pause_s: float = 0.5) -> bool:
-        """Close ``path`` for good after a failed write (HDFS lease recovery), so readers see its
-        acknowledged bytes again; True once closed (or gone), False if still recovering."""
-        for _ in range(attempts):
-            try:
-                if client.recover_lease(path):
-                    return True
-            except FileNotFoundError:
-                return True
-            time.sleep(pause_s)
-        return False
+    def recover_lease(self, client, path: str) -> bool:
+        """One request to close ``path`` for good after a failed write (HDFS lease recovery), so readers
+        see its acknowledged bytes again; True once closed (or gone), False while the NameNode still
+        recovers it. The caller asks again later (``HdfsWriterActor``: on its timer, a pool thread is
+        never held waiting between two tries)."""
+        try:
+            return bool(client.recover_lease(path))
+        except FileNotFoundError:
+            return True
 
     def exists(self, client, path: str) -> bool:
         try:

@@ -14,14 +14,20 @@ public names of the ones below it):
   what an actor sees of its system;
 - ``supervisor.py`` (base, cell, clock, mailbox): ``Supervisor``, its ``ChildTable`` and restart decisions;
 - ``timer.py`` (base, cell, clock, mailbox): ``TimerActor`` and its ``TimerTable``, every deadline of a server;
+- ``periodic.py`` (base, cell, mailbox, timer): ``PeriodicJobActor``, one periodic async job woken by the
+  timer (no sleeping loops);
 - ``system.py`` (base, cell, supervisor, clock, mailbox): ``ActorSystem``, the registry, the root
-  supervisor and shutdown.
+  supervisor and shutdown;
+- ``lifecycle.py`` (nothing of the runtime): ``StartSequence`` and its ``Step``s, a daemon's ordered start
+  with rollback and its stop in the reverse order.
 """
 
 from riffle_actors.runtime.base import Actor, ActorHost, ChildSpec, RestartPolicy
 from riffle_actors.runtime.cell import ActorRef, InjectedCrash, Terminated
 from riffle_actors.runtime.clock import Cancellable, Clock, ManualClock, SystemClock
+from riffle_actors.runtime.lifecycle import StartAborted, StartSequence, Step
 from riffle_actors.runtime.mailbox import ActorDeadError, MailboxFullError, MailboxStatistics
+from riffle_actors.runtime.periodic import PeriodicJobActor, RunJob
 from riffle_actors.runtime.slicing import SliceLane
 from riffle_actors.runtime.supervisor import ChildStartError, ChildTable, RestartIntensityExceeded, Supervisor
 from riffle_actors.runtime.system import ActorSystem
@@ -45,10 +51,15 @@ __all__ = [
     "MailboxStatistics",
     "ManualClock",
     "RestartIntensityExceeded",
+    "PeriodicJobActor",
     "RestartPolicy",
+    "RunJob",
     "Schedule",
     "ScheduleEvery",
     "SliceLane",
+    "StartAborted",
+    "StartSequence",
+    "Step",
     "Supervisor",
     "SystemClock",
     "Terminated",

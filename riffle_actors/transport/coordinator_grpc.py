@@ -2,8 +2,9 @@
 
 Thin on purpose, like the shuffle server's servicer: each handler decodes its request into typed
 values, calls one method of ``CoordinatorService`` (``riffle_actors.coordinator.service``) and
-encodes the answer; a ``RiffleError`` becomes the response's ``(status, retMsg)`` through
-``errors.to_status`` (the one mapping), an unexpected exception INTERNAL_ERROR (logged). Answers:
+encodes the answer; a ``RiffleError`` becomes the response's ``(status, retMsg)`` and an
+unexpected exception INTERNAL_ERROR (logged) in ``transport.rpc_answer``, the wrapper the shuffle
+server's gRPC and urpc adapters use too. Answers:
 
 | RPC | answer |
 |---|---|
@@ -18,7 +19,8 @@ encodes the answer; a ``RiffleError`` becomes the response's ``(status, retMsg)`
 | reportClientOperation | SUCCESS (logged) |
 | getShuffleDataStorageInfo | gRPC UNIMPLEMENTED (no client calls it) |
 
-Every call is counted in ``rpc_calls`` (shown by ``/api/health``). A heartbeat is validated here
+Every call is counted by method in ``CoordinatorCounters.rpc_calls`` (shown by ``/api/health``
+and ``/metrics``). A heartbeat is validated here
 (``validation.heartbeat_problems``) before it is decoded: a malformed one reaches the service as
 a ``MalformedHeartbeat``, which refuses it.
 
@@ -33,22 +35,21 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import grpc
 from google.protobuf.message_factory import GetMessageClass
-from loguru import logger
 
 from riffle_actors.coordinator.assignment import Assignment, AssignmentRequest
 from riffle_actors.coordinator.cluster import INTEGRITY_KEYS, DiskInfo, ServerHeartbeat, ServerStatus
+from riffle_actors.coordinator.metrics import CoordinatorCounters
 from riffle_actors.coordinator.service import CoordinatorService
 from riffle_actors.coordinator.validation import MalformedHeartbeat, heartbeat_problems, parse_ip, peer_host
-from riffle_actors.errors import RiffleError, StatusCode, to_status
 from riffle_actors.protocol.proto import uniffle_pb2 as pb
 from riffle_actors.protocol.proto import uniffle_pb2_grpc as pb_grpc
 from riffle_actors.transport.decode import wire_status
+from riffle_actors.transport.rpc_answer import answer
 
 
 def _enum_name(enum: Any, value: int, default: str) -> str:
@@ -216,9 +217,9 @@ def add_coordinator_servicer(servicer: CoordinatorServicer, server: grpc.aio.Ser
 class CoordinatorServicer(pb_grpc.CoordinatorServerServicer):
     """See the module docstring."""
 
-    def __init__(self, service: CoordinatorService):
+    def __init__(self, service: CoordinatorService, counters: CoordinatorCounters):
         self.service = service
-        self.rpc_calls: Counter[str] = Counter()
+        self.counters = counters
         self._client_conf = [pb.ClientConfItem(key=k, value=v) for k, v in service.client_conf]
         self._remote_storage = pb.RemoteStorage(
             path=service.remote_storage_path,
@@ -226,21 +227,14 @@ class CoordinatorServicer(pb_grpc.CoordinatorServerServicer):
                                for k, v in service.remote_storage_conf],
         )
 
-    async def _call(self, rpc: str, make: Callable[..., Any],
-                    body: Callable[[], Awaitable[dict[str, Any]]]) -> Any:
-        """Run ``body`` and build ``make(status=..., retMsg=..., **fields)``; the one error mapping."""
-        self.rpc_calls[rpc] += 1
-        try:
-            fields = await body()
-            status, msg = StatusCode.SUCCESS, ""
-        except RiffleError as e:
-            status, msg = to_status(e)
-            fields = {}
-        except Exception as e:  # noqa: BLE001 - a bad request must never kill the coordinator
-            status, msg = to_status(e)
-            fields = {}
-            logger.exception("{} failed", rpc)
-        return make(status=int(status), retMsg=msg, **fields)
+    def _call(self, rpc: str, make: Callable[..., Any],
+              body: Callable[[], Awaitable[dict[str, Any]]]) -> Coroutine[Any, Any, Any]:
+        """``rpc_answer.answer``: run ``body`` and build ``make(status=..., retMsg=..., **fields)``."""
+        return answer(rpc, make, body, recorder=self.counters)
+
+    def _count(self, rpc: str) -> None:
+        """An RPC without a status field in its answer (counted as answered)."""
+        self.counters.on_rpc(rpc, "SUCCESS", time.perf_counter())
 
     # ---------------------------------------------------------------- shuffle servers
 
@@ -252,12 +246,12 @@ class CoordinatorServicer(pb_grpc.CoordinatorServerServicer):
         return await self._call("heartbeat", pb.ShuffleServerHeartBeatResponse, body)
 
     async def getShuffleServerList(self, request: Any, context: Any) -> Any:
-        self.rpc_calls["getShuffleServerList"] += 1
+        self._count("getShuffleServerList")
         views = await self.service.list_servers()
         return pb.GetShuffleServerListResponse(servers=[encode_server_id(v.node) for v in views])
 
     async def getShuffleServerNum(self, request: Any, context: Any) -> Any:
-        self.rpc_calls["getShuffleServerNum"] += 1
+        self._count("getShuffleServerNum")
         return pb.GetShuffleServerNumResponse(num=len(await self.service.list_servers()))
 
     async def checkServiceAvailable(self, request: Any, context: Any) -> Any:
@@ -302,16 +296,16 @@ class CoordinatorServicer(pb_grpc.CoordinatorServerServicer):
         return await self._call("appHeartbeat", pb.AppHeartBeatResponse, body)
 
     async def fetchClientConf(self, request: Any, context: Any) -> Any:
-        self.rpc_calls["fetchClientConf"] += 1
+        self._count("fetchClientConf")
         return pb.FetchClientConfResponse(status=pb.SUCCESS, retMsg="", clientConf=self._client_conf)
 
     async def fetchClientConfV2(self, request: pb.FetchClientConfRequest, context: Any) -> Any:
         # MUST exist: a 0.10 driver cannot start when this RPC fails (spec §7.4).
-        self.rpc_calls["fetchClientConfV2"] += 1
+        self._count("fetchClientConfV2")
         return pb.FetchClientConfResponse(status=pb.SUCCESS, retMsg="", clientConf=self._client_conf)
 
     async def fetchRemoteStorage(self, request: pb.FetchRemoteStorageRequest, context: Any) -> Any:
-        self.rpc_calls["fetchRemoteStorage"] += 1
+        self._count("fetchRemoteStorage")
         return pb.FetchRemoteStorageResponse(status=pb.SUCCESS, remoteStorage=self._remote_storage)
 
     async def accessCluster(self, request: pb.AccessClusterRequest, context: Any) -> Any:
@@ -327,5 +321,5 @@ class CoordinatorServicer(pb_grpc.CoordinatorServerServicer):
         return await self._call("reportClientOperation", pb.ReportShuffleClientOpResponse, body)
 
     async def getShuffleDataStorageInfo(self, request: Any, context: Any) -> Any:
-        self.rpc_calls["getShuffleDataStorageInfo"] += 1
+        self._count("getShuffleDataStorageInfo")
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "getShuffleDataStorageInfo is not supported")

@@ -43,30 +43,27 @@ Every route that changes state is wrapped in ``admin_auth.guard`` (``transport.a
 and the reason while no admin credential is configured, 401 for a missing or wrong one. The
 read-only routes stay open. Times are epoch milliseconds (``*_ms``), sizes bytes.
 
-An adapter like the gRPC one: each route calls ``CoordinatorService`` (``coordinator.service``)
-and encodes its typed answer. It does not cover: the decisions (the service) or the gRPC API
+A thin adapter like the gRPC one: each route parses its request, calls one method of
+``CoordinatorService`` (``coordinator.service``: servers, apps, operator actions, Uniffle's
+queries) or ``CoordinatorAdmin`` (``coordinator.admin``: health, metrics, info, config) and encodes
+the typed answer. It does not cover: the decisions (the service layer) or the gRPC API
 (``transport.coordinator_grpc``).
 """
 
 from __future__ import annotations
 
-import asyncio
-import re
 import time
-from collections import Counter
-from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Any
 
 import orjson
 from aiohttp import web
 
-from riffle_actors import __version__
 from riffle_actors.coordinator.actors import UnknownServerError
+from riffle_actors.coordinator.admin import CoordinatorAdmin, CoordinatorHealth, CoordinatorInfo
 from riffle_actors.coordinator.apps import AppView
 from riffle_actors.coordinator.cluster import INTEGRITY_KEYS, ServerStatus, ServerView
-from riffle_actors.coordinator.metrics import CoordinatorMetrics
-from riffle_actors.coordinator.service import CoordinatorService
+from riffle_actors.coordinator.service import CoordinatorService, StatusChange
 from riffle_actors.coordinator.validation import AppFilter, InvalidFilter
 from riffle_actors.credentials import AdminCredentials
 from riffle_actors.errors import InvalidRequestError
@@ -74,8 +71,6 @@ from riffle_actors.transport.admin_auth import guard
 
 #: Bytes an ``ApplicationRequest`` body may have (10000 listed ids of 255 characters fit).
 MAX_FILTER_BODY = 4 << 20
-#: Apps matched between two turns of the event loop.
-MATCH_SLICE = 1000
 
 
 def server_to_dict(v: ServerView) -> dict[str, Any]:
@@ -140,8 +135,26 @@ def app_to_dict(a: AppView) -> dict[str, Any]:
     return out
 
 
-#: The coroutine that fills the metrics snapshot (``runtime.Coordinator`` hands it to the Pushgateway pusher).
-REFRESH_METRICS: web.AppKey[Callable[[], Any]] = web.AppKey("refresh_metrics")
+def health_to_dict(h: CoordinatorHealth) -> dict[str, Any]:
+    """``/api/health``'s JSON (its keys in this order)."""
+    return {"status": h.status, "servers": h.servers, "active_servers": h.active_servers, "apps": h.apps,
+            "uptime_s": h.uptime_s, "version": h.version, "rpc_calls": h.rpc_calls, "max_servers": h.max_servers,
+            "server_id_conflicts": h.server_id_conflicts, "heartbeats_refused": h.heartbeats_refused,
+            "requests_refused": h.requests_refused}
+
+
+def info_to_dict(i: CoordinatorInfo | None) -> dict[str, Any]:
+    """Upstream's ``/api/coordinator/info`` fields ({} before the ports are bound)."""
+    if i is None:
+        return {}
+    return {"coordinatorId": i.coordinator_id, "serverIp": i.server_ip, "serverPort": i.server_port,
+            "serverWebPort": i.server_web_port, "version": i.version, "gitCommitId": i.git_commit_id,
+            "startTime": i.start_time_ms}
+
+
+def told_to_dict(change: StatusChange) -> dict[str, Any] | None:
+    t = change.told
+    return {"action": t.action, "ok": t.ok, "message": t.message} if t is not None else None
 
 
 # ------------------------------------------------------------------ Uniffle's shapes
@@ -219,34 +232,8 @@ def _error(status: int, message: str) -> web.Response:
     return _json({"error": message}, status=status)
 
 
-def build_app(
-    *,
-    service: CoordinatorService,
-    rpc_calls: Callable[[], dict[str, int]],
-    uptime_s: Callable[[], float],
-    auth: AdminCredentials,
-    metrics: CoordinatorMetrics | None = None,
-    info: Callable[[], dict[str, Any]] | None = None,
-    config_items: Callable[[], list[tuple[str, str]]] | None = None,
-    tell_server: Callable[[ServerView, str], Awaitable[tuple[bool, str]]] | None = None,
-) -> web.Application:
-    """The aiohttp application; the caller runs it (``runtime.Coordinator``).
-
-    ``tell_server(view, "decommission" | "cancelDecommission")``: the server's own
-    ``ShuffleServerInternal`` call, made after a decommission or its cancellation here (as
-    upstream's coordinator does); its ``(ok, message)`` goes into the answer as ``server_told``."""
-    metrics = metrics if metrics is not None else CoordinatorMetrics()
-
-    async def told(view: ServerView, status: ServerStatus) -> dict[str, Any] | None:
-        """Tell the server itself about a decommission (DECOMMISSIONING) or its cancellation (ACTIVE)."""
-        action = {ServerStatus.DECOMMISSIONING: "decommission", ServerStatus.ACTIVE: "cancelDecommission"}.get(status)
-        if tell_server is None or action is None:
-            return None
-        try:
-            ok, message = await tell_server(view, action)
-        except Exception as e:  # noqa: BLE001 - the override stands; the answer says what failed
-            ok, message = False, repr(e)
-        return {"action": action, "ok": ok, "message": message}
+def build_app(*, service: CoordinatorService, admin: CoordinatorAdmin, auth: AdminCredentials) -> web.Application:
+    """The aiohttp application; the composition root runs it (``riffle_actors.coordinator_server``)."""
 
     async def servers(_: web.Request) -> web.Response:
         return _json([server_to_dict(v) for v in await service.list_servers()])
@@ -266,17 +253,15 @@ def build_app(
         except (orjson.JSONDecodeError, KeyError, TypeError):
             return _error(400, 'body must be {"status": "DECOMMISSIONING"} or {"status": "ACTIVE"}')
         try:
-            view = await service.set_server_status(sid, status)
+            change = await service.decommission(sid, status)
         except InvalidRequestError as e:
             return _error(400, str(e))
         except UnknownServerError as e:
             return _error(404, str(e))
-        told_server = await told(view, status)
-        if told_server is not None:  # the server's answer came after its heartbeat: show the status now
-            view = await service.server(sid) or view
-        out = server_to_dict(view)
-        if told_server is not None:
-            out["server_told"] = told_server
+        out = server_to_dict(change.view)
+        told = told_to_dict(change)
+        if told is not None:
+            out["server_told"] = told
         return _json(out)
 
     async def set_tags(request: web.Request) -> web.Response:
@@ -303,47 +288,10 @@ def build_app(
         return _json([app_to_dict(a) for a in await service.list_apps(historical=True)])
 
     async def health(_: web.Request) -> web.Response:
-        views = await service.list_servers()
-        live = await service.list_apps()
-        registry = await service.registry_stats()
-        return _json(
-            {
-                "status": "ok",
-                "servers": len(views),
-                "active_servers": sum(1 for v in views if v.status is ServerStatus.ACTIVE),
-                "apps": len(live),
-                "uptime_s": round(uptime_s(), 3),
-                "version": __version__,
-                "rpc_calls": dict(sorted(rpc_calls().items())),
-                "max_servers": registry["max_servers"],
-                "server_id_conflicts": registry["id_conflicts_total"],
-                "heartbeats_refused": dict(sorted(service.heartbeats_refused.items())),
-                "requests_refused": dict(sorted(service.requests_refused.items())),
-            }
-        )
-
-    async def refresh_metrics() -> None:
-        """Fill the metrics snapshot from the service (what a scrape or a push reads)."""
-        views = await service.list_servers()
-        app_stats = await service.app_stats()
-        registry = await service.registry_stats()
-        by_status = Counter(v.status.name for v in views)
-        s = metrics.snapshot
-        s.servers_by_status = {st.name: by_status.get(st.name, 0) for st in ServerStatus}
-        s.heartbeat_ages_s = [v.heartbeat_age_s for v in views]
-        s.servers_lost_total = int(registry.get("lost_total", 0))
-        s.heartbeats_refused = dict(service.heartbeats_refused)
-        s.assignments_total = service.assignments_total
-        s.assignment_failures_total = service.assignment_failures_total
-        s.assigned_partitions_total = service.assigned_partitions_total
-        s.apps, s.historical_apps = app_stats["active"], app_stats["historical"]
-        s.apps_registered_total, s.apps_expired_total = app_stats["registered_total"], app_stats["expired_total"]
-        s.rpc_calls = dict(rpc_calls())
-        s.uptime_s = uptime_s()
+        return _json(health_to_dict(await admin.health()))
 
     async def prometheus(_: web.Request) -> web.Response:
-        await refresh_metrics()
-        return web.Response(body=metrics.render(), content_type="text/plain", charset="utf-8",
+        return web.Response(body=await admin.render_metrics(), content_type="text/plain", charset="utf-8",
                             headers={"X-Content-Type-Options": "nosniff"})
 
     # -------------------------------------------------------------- Uniffle-compatible routes
@@ -351,35 +299,24 @@ def build_app(
         return _ok("success")
 
     async def u_nodes(request: web.Request) -> web.Response:
-        status = request.query.get("status")
-        views = await service.list_servers()
-        if status is not None and status.upper() == ServerStatus.EXCLUDED.name:
-            chosen = [v for v in views if v.excluded]
-        else:
-            chosen = [v for v in views if not v.excluded
-                      and (status is None or v.status.name == status.upper())]
-        return _ok([uniffle_node(v) for v in chosen])
+        return _ok([uniffle_node(v) for v in await service.nodes(request.query.get("status"))])
 
     async def u_node(request: web.Request) -> web.Response:
         view = await service.server(request.match_info["id"])
         return _ok(uniffle_node(view) if view is not None else None)
 
     async def u_summary(_: web.Request) -> web.Response:
-        return _ok(dict(Counter(v.status.name for v in await service.list_servers())))
+        return _ok(await service.status_summary())
 
     async def _set_many(server_ids: Any, status: ServerStatus) -> web.Response:
         if not isinstance(server_ids, list) or not server_ids or not all(isinstance(i, str) for i in server_ids):
             return _fail("Parameter[serverIds] should not be empty!")
-        views = []
         try:
-            for sid in server_ids:
-                views.append(await service.set_server_status(sid, status))
+            changes = await service.decommission_many(server_ids, status)
         except (InvalidRequestError, UnknownServerError) as e:
             return _fail(str(e))
-        if tell_server is None:
-            return _ok(None)
-        answers = await asyncio.gather(*(told(v, status) for v in views))
-        return _ok({v.node.id: {"ok": a["ok"], "message": a["message"]} for v, a in zip(views, answers) if a})
+        told = {c.view.node.id: {"ok": c.told.ok, "message": c.told.message} for c in changes if c.told}
+        return _ok(told or None)  # None: no server is told (no tell_server wired), as upstream
 
     async def _server_ids(request: web.Request) -> Any:
         try:
@@ -410,38 +347,25 @@ def build_app(
             return _fail("ApplicationRequest Is not null")
         except InvalidFilter as e:
             return _fail(str(e))
-        chosen: list[AppView] = []
-        live = await service.list_apps()
-        for first in range(0, len(live), MATCH_SLICE):  # the loop gets a turn between slices
-            chosen.extend(a for a in live[first:first + MATCH_SLICE]
-                          if wanted.matches(a.app_id, a.last_heartbeat_epoch_ms))
-            if first + MATCH_SLICE < len(live):
-                await asyncio.sleep(0)
-        chosen.sort(key=lambda a: a.app_id)
-        first = (wanted.page - 1) * wanted.page_size
-        page = chosen[first:first + wanted.page_size]
+        page = await service.find_apps(wanted)
         return _ok([uniffle_application(a, service.remote_storage_path) for a in page])
 
     async def u_app_total(_: web.Request) -> web.Response:
         stats = await service.app_stats()
-        return _ok({"appCurrent": stats["active"], "appTotality": stats["registered_total"]})
+        return _ok({"appCurrent": stats.active, "appTotality": stats.registered_total})
 
     async def u_user_total(_: web.Request) -> web.Response:
-        per_user = Counter(a.user for a in await service.list_apps())
-        return _ok([{"userName": u, "appNum": n} for u, n in sorted(per_user.items(), key=lambda kv: -kv[1])])
+        return _ok([{"userName": u, "appNum": n} for u, n in await service.user_totals()])
 
     async def u_app_infos(_: web.Request) -> web.Response:
-        live = sorted(await service.list_apps(), key=lambda a: a.registered_epoch_ms, reverse=True)
-        return _ok([uniffle_app_info(a) for a in live])
+        return _ok([uniffle_app_info(a) for a in await service.apps_by_registration()])
 
     async def u_coordinator_info(_: web.Request) -> web.Response:
-        return _ok(info() if info is not None else {})
+        return _ok(info_to_dict(admin.info()))
 
     async def u_coordinator_conf(request: web.Request) -> web.Response:
-        items = config_items() if config_items is not None else []
-        if not (auth.configured and auth.check(request.headers.get("Authorization"))):
-            items = redact_config(items)
-        return _ok([{"argumentKey": k, "argumentValue": v} for k, v in items])
+        privileged = auth.configured and auth.check(request.headers.get("Authorization"))
+        return _ok([{"argumentKey": k, "argumentValue": v} for k, v in admin.config_items(privileged=privileged)])
 
     # -------------------------------------------------------------- the status page
     async def index(_: web.Request) -> web.StreamResponse:
@@ -484,27 +408,7 @@ def build_app(
     app.router.add_get("/", index)
     app.router.add_get("/ui/", static)
     app.router.add_get("/ui/{name}", static)
-    app[REFRESH_METRICS] = refresh_metrics
     return app
-
-
-#: Config items whose values are secrets for anyone without admin credentials (Hadoop conf: keys, tokens).
-REDACTED_KEYS = ("remote_storage.conf",)
-REDACTED = "******"
-
-
-def redact_config(items: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """``items`` with the values of ``REDACTED_KEYS`` replaced (their keys still shown)."""
-    out = []
-    for key, value in items:
-        if key in REDACTED_KEYS:
-            try:
-                conf = orjson.loads(value)
-            except orjson.JSONDecodeError:
-                conf = None
-            value = (orjson.dumps({k: REDACTED for k in conf}).decode() if isinstance(conf, dict) else REDACTED)
-        out.append((key, value))
-    return out
 
 
 async def _read_bounded(request: web.Request, limit: int) -> bytes:
@@ -515,21 +419,6 @@ async def _read_bounded(request: web.Request, limit: int) -> bytes:
         if len(data) > limit:
             raise InvalidFilter(f"ApplicationRequest: more than {limit} bytes")
     return bytes(data)
-
-
-def flatten_config(data: dict[str, Any], prefix: str = "") -> list[tuple[str, str]]:
-    """A config dump as sorted ``(dotted key, value)`` pairs; the ``admin`` section (secrets) is left out."""
-    out: list[tuple[str, str]] = []
-    for key, value in data.items():
-        if not prefix and key == "admin":
-            continue
-        dotted = f"{prefix}{key}"
-        if isinstance(value, dict) and key not in ("client_conf", "conf", "labels"):
-            out.extend(flatten_config(value, dotted + "."))
-        else:
-            text = value if isinstance(value, str) else orjson.dumps(value).decode()
-            out.append((dotted, re.sub(r"://[^/@\s]*@", "://***@", text)))  # no credentials in URLs
-    return sorted(out)
 
 
 def _load_static() -> dict[str, tuple[bytes, str]]:

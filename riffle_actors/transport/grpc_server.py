@@ -1,7 +1,7 @@
 """The gRPC adapter of ``rss.common.ShuffleServer``: decode, call ShuffleService, encode.
 
-Thin on purpose: no status decisions live here except the one mapping of exceptions to
-``(status, retMsg)`` (``errors.to_status``). Every handler answers with its typed response
+Thin on purpose: no status decisions live here; an exception becomes ``(status, retMsg)`` in
+``transport.rpc_answer`` (the wrapper all three RPC adapters share, over ``errors.to_status``). Every handler answers with its typed response
 and a status code; an unexpected exception becomes INTERNAL_ERROR with the reason and is
 logged, so one bad request never takes the server down. Requests are limited to
 ``grpc_max_message_size`` (64 MiB by default; gRPC refuses a larger one from its length prefix,
@@ -33,13 +33,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 import grpc
-from loguru import logger
 
-from riffle_actors.errors import RiffleError, StatusCode, to_status
+from riffle_actors.errors import StatusCode
 from riffle_actors.metrics import Metrics
 from riffle_actors.protocol.blockid import BlockIdLayout
 from riffle_actors.protocol.proto import uniffle_pb2 as pb
@@ -49,6 +48,7 @@ from riffle_actors.service import ShuffleService
 from riffle_actors.transport.decode import decode_layout, decode_task_filter, wire_status
 from riffle_actors.transport.listen import bind_grpc
 from riffle_actors.transport.reply_budget import ReplyBudget
+from riffle_actors.transport.rpc_answer import answer, failure_status
 
 MAX_SEND_MESSAGE_BYTES = 1 << 30  # replies are bounded by what the server holds and by the read cap
 
@@ -238,32 +238,16 @@ class ShuffleServerServicer(pb_grpc.ShuffleServerServicer):
             self.replies.release(held)
             self._connection_done(peer)
 
-    async def _call(self, rpc: str, make: Callable[..., R], body: Callable[[], Awaitable[dict[str, Any]]],
-                    app_id: str = "") -> R:
-        """Run ``body`` and build the response ``make(status=..., retMsg=..., **fields)``."""
-        started = time.perf_counter()
-        try:
-            fields = await body()
-            status, msg = StatusCode.SUCCESS, ""
-        except RiffleError as e:
-            status, msg = to_status(e)
-            fields = {}
-            logger.bind(app_id=app_id).debug("{} -> {}: {}", rpc, status.name, msg)
-        except Exception as e:  # noqa: BLE001 - a bad request must never kill the server
-            status, msg = to_status(e)
-            fields = {}
-            logger.bind(app_id=app_id).exception("{} failed for app {}", rpc, app_id)
-        self.metrics.on_rpc(rpc, status.name, started, app_id)
-        return make(status=int(status), retMsg=msg, **fields)
+    def _call(self, rpc: str, make: Callable[..., R], body: Callable[[], Awaitable[dict[str, Any]]],
+              app_id: str = "") -> Coroutine[Any, Any, R]:
+        """``rpc_answer.answer``: run ``body`` and build ``make(status=..., retMsg=..., **fields)``,
+        counted and timed by ``Metrics.on_rpc`` (answer's coroutine itself: no extra frame)."""
+        return answer(rpc, make, body, app_id, recorder=self.metrics)
 
     def _failed(self, rpc: str, e: Exception, started: float, app_id: str) -> tuple[int, str]:
         """The hot RPCs' error path (``_call``'s, without its closures on the success path): log, count
         and return ``(status, retMsg)``."""
-        status, msg = to_status(e)
-        if isinstance(e, RiffleError):
-            logger.bind(app_id=app_id).debug("{} -> {}: {}", rpc, status.name, msg)
-        else:
-            logger.bind(app_id=app_id).opt(exception=e).error("{} failed for app {}", rpc, app_id)
+        status, msg = failure_status(rpc, e, app_id)
         self.metrics.on_rpc(rpc, status.name, started, app_id)
         return int(status), msg
 

@@ -2,7 +2,7 @@
 
 Thin like the gRPC adapter: frames are decoded by ``riffle_actors.protocol.urpc``, every request
 calls the same ``ShuffleService`` method as its gRPC twin, and every failure becomes a status
-through ``errors.to_status``. The reply always has the response type the client expects for its
+through ``transport.rpc_answer.failure_status``. The reply always has the response type the client expects for its
 request (spec §6.5), errors included. Served: SendShuffleData (3), GetLocalShuffleIndex (4; reply
 14, or 23 with ``[urpc_config] get_index_rpc_version = "V2"``), GetLocalShuffleData (5, 24, 25;
 reply 15), GetMemoryShuffleData (6; reply 16); GetSortedShuffleData (21) is answered 22
@@ -81,7 +81,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from loguru import logger
 
-from riffle_actors.errors import RiffleError, StatusCode, to_status
+from riffle_actors.errors import StatusCode
 from riffle_actors.io.localfile import DataFile
 from riffle_actors.log import RateLimitedLog
 from riffle_actors.metrics import Metrics
@@ -110,6 +110,7 @@ from riffle_actors.service import ShuffleService
 from riffle_actors.transport.decode import decode_task_filter
 from riffle_actors.transport.listen import create_tcp_server
 from riffle_actors.transport.reply_budget import ReplyBudget
+from riffle_actors.transport.rpc_answer import failure_status
 
 SMALL_BUFFER_BYTES = 64 << 10
 RECV_POOL_MAX_BYTES = 64 << 20  # idle receive buffers kept (and at most half of max_inflight_bytes)
@@ -797,13 +798,8 @@ class UrpcConnection(asyncio.BufferedProtocol):
                 file_reply, parts = parts, []
             status = StatusCode.SUCCESS
         except Exception as e:  # noqa: BLE001 - every failure becomes a status; the server goes on
-            status, msg = to_status(e)
-            if self._closed:
-                pass  # the connection went away meanwhile: nobody gets the answer
-            elif not isinstance(e, RiffleError):
-                logger.bind(app_id=getattr(request, "app_id", "")).exception("{} failed", rpc)
-            else:
-                logger.bind(app_id=getattr(request, "app_id", "")).debug("{} -> {}: {}", rpc, status.name, msg)
+            # not logged once the connection went away meanwhile: nobody gets the answer
+            status, msg = failure_status(rpc, e, getattr(request, "app_id", ""), log=not self._closed)
             parts = [self._error_reply(type_, request.request_id, status, msg)]
         finally:
             self.server.release(reserved)

@@ -40,10 +40,10 @@ class RoundRecorder(Actor):
 
 async def _rig(system: ActorSystem, clock: ManualClock, *, sensitive: bool) -> tuple[ActorRef, RoundRecorder]:
     rec = RoundRecorder()
-    app_manager = await system.spawn(rec, "app_manager")
+    await system.spawn(rec, "app_manager")
     memory = await system.spawn(MemoryManagerActor(
         budget=MemoryBudget(CAPACITY), tickets=TicketBook(clock, 60.0), high_watermark=0.8, low_watermark=0.2,
-        clock=clock, app_manager=app_manager, sensitive_watermark=sensitive), "memory")
+        clock=clock, sensitive_watermark=sensitive), "memory")  # finds "app_manager" by name
     return memory, rec
 
 

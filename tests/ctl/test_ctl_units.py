@@ -4,24 +4,25 @@ Pushgateway pusher's failure accounting and the coordinator's metrics text."""
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import zlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 from prometheus_client.parser import text_string_to_metric_families
 
 from riffle_actors.actors.heartbeat import HeartbeatSnapshot
 from riffle_actors.config import MetricsConfig
-from riffle_actors.coordinator.apps import AppRegistry
+from riffle_actors.coordinator.apps import AppRegistry, AppStats
 from riffle_actors.coordinator.assignment import AssignmentError, AssignmentRequest
 from riffle_actors.coordinator.cluster import ClusterRegistry, ServerStatus
 from riffle_actors.coordinator.metrics import CoordinatorMetrics
 from riffle_actors.ctl import inspect_file, output, tables
 from riffle_actors.metrics_push import MetricsPusher
 from riffle_actors.protocol.index import IndexEntry, encode_index
-from riffle_actors.runtime import ManualClock
+from riffle_actors.runtime import ActorSystem, FireDue, ManualClock, TimerActor
 from tests.helpers import poll_until
 from tests.helpers.registry import TAGS, hb
 
@@ -29,6 +30,22 @@ from tests.helpers.registry import TAGS, hb
 @pytest.fixture
 def clock() -> ManualClock:
     return ManualClock()
+
+
+@pytest_asyncio.fixture
+async def actors(clock: ManualClock) -> AsyncIterator[ActorSystem]:
+    """An ActorSystem on the clock with its ``timer`` (where a decommission's watch runs)."""
+    system = ActorSystem(clock=clock)
+    await system.spawn(TimerActor(), name="timer")
+    yield system
+    await system.stop_all()
+
+
+async def _fire_due(system: ActorSystem) -> None:
+    """Everything the timer has due is told (the barrier after ``clock.advance``)."""
+    timer = system.get("timer")
+    assert timer is not None
+    await timer.ask(FireDue())
 
 
 @pytest.fixture
@@ -78,8 +95,7 @@ def test_app_registry_counts(clock: ManualClock) -> None:
     clock.advance(11)
     apps.register("c")
     apps.expire()
-    assert apps.stats() == {"active": 1, "historical": 1, "expired_total": 2, "registered_total": 3,
-                            "refused_total": 0}
+    assert apps.stats() == AppStats(active=1, historical=1, expired_total=2, registered_total=3, refused_total=0)
 
 
 @pytest.mark.parametrize("text", [
@@ -153,7 +169,7 @@ def test_service_tags_keep_the_builtin_ones() -> None:
     assert tags.current == ("a2", "a3")
 
 
-async def test_lifecycle_update_state_in_riffles_names(clock: ManualClock) -> None:
+async def test_lifecycle_update_state_in_riffles_names(actors: ActorSystem) -> None:
     from riffle_actors.decommission import Lifecycle
 
     announced: list[str] = []
@@ -161,7 +177,7 @@ async def test_lifecycle_update_state_in_riffles_names(clock: ManualClock) -> No
     async def announce() -> None:
         announced.append(life.riffle_state)
 
-    life = Lifecycle(apps={"app-1": object()}, clock=clock, check_interval_s=5.0, request_stop=lambda: None,
+    life = Lifecycle(apps={"app-1": object()}, system=actors, check_interval_s=5.0, request_stop=lambda: None,
                      announce=announce, tags=("rack1",))
     snap = HeartbeatSnapshot(ip="10.0.0.1", grpc_port=1)
     assert life.heartbeat_status(snap).tags == ("rack1",) and life.riffle_state == "ACTIVE"
@@ -251,7 +267,7 @@ def test_coordinator_metrics_text() -> None:
 
 
 def test_coordinator_conf_listing_leaves_secrets_out() -> None:
-    from riffle_actors.transport.coordinator_http import flatten_config
+    from riffle_actors.coordinator.admin import flatten_config
 
     items = dict(flatten_config({"admin": {"token": "s" * 20}, "grpc_port": 21000,
                                  "metrics": {"push_gateway_endpoint": "http://user:pw@gw:9091", "labels": {"a": "b"}},
@@ -268,8 +284,8 @@ def test_a_drained_server_that_announces_its_stop_shows_decommissioned(reg: Clus
     assert reg.views()[0].status is ServerStatus.DECOMMISSIONED and reg.candidates() == []
 
 
-async def test_lifecycle_decommission_waits_for_the_last_app(clock: ManualClock) -> None:
-    from riffle_actors.decommission import Lifecycle
+async def test_lifecycle_decommission_waits_for_the_last_app(clock: ManualClock, actors: ActorSystem) -> None:
+    from riffle_actors.decommission import WATCH_NAME, Lifecycle
 
     apps: dict[str, object] = {"app-1": object()}
     stops: list[str] = []
@@ -278,7 +294,7 @@ async def test_lifecycle_decommission_waits_for_the_last_app(clock: ManualClock)
     async def announce() -> None:
         announced.append(life.state.value)
 
-    life = Lifecycle(apps=apps, clock=clock, check_interval_s=5.0, request_stop=lambda: stops.append("stop"),
+    life = Lifecycle(apps=apps, system=actors, check_interval_s=5.0, request_stop=lambda: stops.append("stop"),
                      announce=announce)
     noop = await life.cancel_decommission()  # nothing to cancel: a no-op that succeeds, as upstream
     assert noop.ok and noop.message == "nothing to cancel: the server is ACTIVE" and announced == []
@@ -287,41 +303,58 @@ async def test_lifecycle_decommission_waits_for_the_last_app(clock: ManualClock)
     assert life.heartbeat_status(HeartbeatSnapshot(ip="10.0.0.1", grpc_port=1)).status == "DECOMMISSIONING"
     again = await life.decommission()
     assert again.ok and again.message == "already decommissioning; 1 app(s) left" and len(announced) == 1
+    await _fire_due(actors)
     await poll_until(lambda: life.checks == 1)  # the watch's first check, at once
     for n in range(2, 5):  # the app is still there: checks come and go, no stop
-        clock.advance(5.0)
+        await poll_until(lambda: clock.pending() == 1)  # the next check is scheduled
+        clock.advance(4.9)
+        await _fire_due(actors)
+        assert life.checks == n - 1
+        clock.advance(0.1)
+        await _fire_due(actors)
         await poll_until(lambda n=n: life.checks == n)
         assert stops == [] and life.state.value == "DECOMMISSIONING"
     apps.clear()
+    await poll_until(lambda: clock.pending() == 1)
     clock.advance(5.0)
+    await _fire_due(actors)
     await poll_until(lambda: stops == ["stop"])
     assert life.state.value == "STOPPING"
     late = await life.cancel_decommission()  # too late: it is stopping
     assert not late.ok and late.message == "cannot cancel: the server is STOPPING"
     assert not (await life.decommission()).ok
+    await life.close()  # the server's stop ends the watch
+    assert actors.get(WATCH_NAME) is None
 
 
-async def test_lifecycle_cancel_ends_the_watch_and_kill_stops_at_once(clock: ManualClock) -> None:
-    from riffle_actors.decommission import Lifecycle
+async def test_lifecycle_cancel_ends_the_watch_and_kill_stops_at_once(clock: ManualClock,
+                                                                     actors: ActorSystem) -> None:
+    from riffle_actors.decommission import WATCH_NAME, Lifecycle
 
     apps: dict[str, object] = {"app-1": object()}
     stops: list[str] = []
-    life = Lifecycle(apps=apps, clock=clock, check_interval_s=5.0, request_stop=lambda: stops.append("stop"))
+    life = Lifecycle(apps=apps, system=actors, check_interval_s=5.0, request_stop=lambda: stops.append("stop"))
     await life.decommission()
-    await poll_until(lambda: life.checks == 1 and clock.pending() == 1)  # the watch checked and sleeps
+    await _fire_due(actors)
+    await poll_until(lambda: life.checks == 1 and clock.pending() == 1)  # the watch checked and waits
     cancelled = await life.cancel_decommission()
     assert cancelled.ok and cancelled.state == "ACTIVE"
     assert life.heartbeat_status(HeartbeatSnapshot(ip="10.0.0.1", grpc_port=1)).status == "ACTIVE"
-    await poll_until(lambda: clock.pending() == 0)  # the cancelled watch's sleep is gone: nothing can check
+    assert actors.get(WATCH_NAME) is None
+    assert await actors.get("timer").ask(FireDue()) == 0  # type: ignore[union-attr]  # nothing can check
     checks = life.checks
     apps.clear()
     for _ in range(3):
         clock.advance(5.0)
-        await asyncio.sleep(0)
-    assert clock.pending() == 0 and life.checks == checks
+        await _fire_due(actors)
+    assert life.checks == checks
     assert stops == [] and life.state.value == "ACTIVE"
+    await life.decommission()  # a second watch, ended by the kill
+    assert actors.get(WATCH_NAME) is not None
+    apps["app-2"] = object()
     killed = await life.kill()
     assert killed.ok and stops == ["stop"] and killed.state == "STOPPING"
+    assert actors.get(WATCH_NAME) is None
     assert (await life.kill()).message == "already stopping" and stops == ["stop"]
 
 

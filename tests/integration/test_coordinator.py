@@ -26,9 +26,9 @@ from riffle_actors.actors.heartbeat import (
     HeartbeatSnapshot,
     SendHeartbeatNow,
 )
-from riffle_actors.runtime import ManualClock
+from riffle_actors.runtime import ManualClock, TimerActor
 from riffle_actors.coordinator.config import CoordinatorConfig
-from riffle_actors.coordinator.runtime import Coordinator
+from riffle_actors.coordinator_server import Coordinator
 from riffle_actors.protocol.proto import uniffle_pb2 as pb
 from riffle_actors.protocol.proto import uniffle_pb2_grpc as pb_grpc
 from riffle_actors.transport.coordinator_client import GrpcCoordinatorLink
@@ -365,6 +365,7 @@ async def test_heartbeat_actor_registers_the_server_and_tolerates_a_dead_coordin
     )
     system = ActorSystem(clock=clock)
     try:
+        await system.spawn(TimerActor(), name="timer")  # the rounds are due on it
         ref = await system.spawn(HeartbeatActor([dead, live], 10.0, lambda: snapshot, clock=clock,
                                                  connect=GrpcCoordinatorLink))
         # The first heartbeat goes out at start, without waiting for the interval.

@@ -31,7 +31,7 @@ from loguru import logger
 
 from riffle_actors.runtime import ManualClock
 from riffle_actors.coordinator.config import CoordinatorConfig
-from riffle_actors.coordinator.runtime import Coordinator
+from riffle_actors.coordinator_server import Coordinator
 from riffle_actors.protocol.proto import uniffle_pb2 as pb
 from riffle_actors.protocol.proto import uniffle_pb2_grpc as pb_grpc
 

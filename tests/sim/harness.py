@@ -517,7 +517,7 @@ async def run_with_coordinator(root: Path, seed: int, steps: list[Step], events:
     """``run_schedule`` with a real in-process coordinator that the server heartbeats (over real gRPC
     sockets, so not deterministic: ``tests/actors/test_permanent_crashes.py`` crashes the heartbeat)."""
     from riffle_actors.coordinator.config import CoordinatorConfig
-    from riffle_actors.coordinator.runtime import Coordinator
+    from riffle_actors.coordinator_server import Coordinator
 
     cfg = CoordinatorConfig.model_validate({
         "grpc_port": 0, "grpc_bind_address": "127.0.0.1", "http_port": 0, "http_bind_address": "127.0.0.1",

@@ -9,13 +9,8 @@ import pytest
 
 from riffle_actors.coordinator.apps import AppRegistry
 from riffle_actors.coordinator.assignment import AssignmentError, AssignmentRequest
-from riffle_actors.coordinator.cluster import (
-    ClusterRegistry,
-    ExcludeFile,
-    ServerHeartbeat,
-    ServerStatus,
-    parse_exclude_list,
-)
+from riffle_actors.coordinator.cluster import ClusterRegistry, ServerHeartbeat, ServerStatus
+from riffle_actors.io.exclude_file import ExcludeFile, parse_exclude_list
 from riffle_actors.runtime import ManualClock
 from tests.helpers.registry import TAGS, hb
 

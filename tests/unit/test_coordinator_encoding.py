@@ -23,7 +23,7 @@ from riffle_actors.coordinator.validation import app_request_problem, assignment
 from riffle_actors.protocol.proto import uniffle_pb2 as pb
 from riffle_actors.runtime import ManualClock
 from riffle_actors.transport.coordinator_grpc import encode_assignments, encode_server_id
-from riffle_actors.transport.coordinator_http import redact_config
+from riffle_actors.coordinator.admin import redact_config
 
 
 def _servers(n: int) -> dict[str, ServerHeartbeat]:
@@ -65,7 +65,7 @@ def test_a_full_registry_refuses_new_apps_but_keeps_the_old_ones() -> None:
         apps.heartbeat("c")
     apps.record_assignment("c", partitions=3, server_ids=["s"])  # not credited, not an error
     apps.heartbeat("a")
-    assert "c" not in apps and len(apps) == 2 and apps.stats()["refused_total"] == 3
+    assert "c" not in apps and len(apps) == 2 and apps.stats().refused_total == 3
     clock.advance(11)
     apps.expire()
     apps.register("c")  # room again once the silent ones expired

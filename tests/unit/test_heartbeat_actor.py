@@ -20,7 +20,7 @@ from riffle_actors.actors.heartbeat import (
     HeartbeatSnapshot,
     SendHeartbeatNow,
 )
-from riffle_actors.runtime import ActorSystem, ManualClock
+from riffle_actors.runtime import ActorSystem, ManualClock, TimerActor
 from tests.helpers import poll_until
 
 SNAPSHOT = HeartbeatSnapshot(ip="10.0.0.7", grpc_port=19999, used_memory=5)
@@ -56,6 +56,7 @@ def clock() -> ManualClock:
 async def system(clock: ManualClock):
     system = ActorSystem(clock=clock)
     await system.start()
+    await system.spawn(TimerActor(), name="timer")  # the heartbeat's rounds are due on it
     yield system
     await system.stop_all()
 
@@ -70,7 +71,7 @@ def make_actor(clock: ManualClock, links: dict[str, FakeLink], answers: dict[str
 
 
 async def sleeping(clock: ManualClock) -> None:
-    """Wait until the actor's loop sleeps on the clock (so ``advance`` wakes it)."""
+    """Wait until the timer waits on the clock for the next round (so ``advance`` makes it due)."""
     await poll_until(lambda: clock.pending() > 0)
 
 

@@ -229,7 +229,7 @@ def test_registry_cap_refuses_new_ids_but_keeps_refreshing_known_ones(clock: Man
     clock.advance(31)
     reg.expire()
     assert reg.heartbeat(hb(3)) is True  # room again once silent servers are gone
-    assert reg.stats()["refused"] == {"registry_full": 1}
+    assert reg.stats().refused == {"registry_full": 1}
 
 
 def test_ids_per_source_host_are_capped(clock: ManualClock) -> None:
