@@ -16,9 +16,12 @@ Routing (one message per request per partition, never one per block):
   The reply (bytes accepted) comes once every part is readable; the ticket becomes used
   memory through the request's ``SendTicket`` (one ``CommitTicket`` per send).
 - getMemoryShuffleData: one ``ReadPart``; a partition without an actor has nothing in memory.
-- requireBuffer (``CheckBufferRequest``): registration, the huge-partition backpressure, and the
-  partitions named that are above Riffle's partition-split threshold (``[app_config]
-  partition_split_*``), which the reply's ``needSplitPartitionIds`` asks the client to move.
+- requireBuffer (``CheckBufferRequest``, the RPC's one ask): registration, the huge-partition
+  backpressure, and the partitions named that are above Riffle's partition-split threshold
+  (``[app_config] partition_split_*``), which the reply's ``needSplitPartitionIds`` asks the client
+  to move (both decided by ``riffle_actors.state.send.BufferAdmission``); then the reservation is
+  handed on to the MemoryManager (``RequireBuffer``, ``ActorRef.ask_nowait``), whose ``BufferGrant``
+  answers the RPC: no hop back through this actor or the service.
 - Spill rounds, huge partitions, ``/apps``, getLocalShuffleIndex/Data: answered from the size
   table (each partition's ``PartitionFigures``, which its actor keeps current), so the
   AppManager's watermark round costs one ask per app; the chosen partitions get a ``SpillPart``.
@@ -66,6 +69,7 @@ from typing import Any
 
 from loguru import logger
 
+from riffle_actors.actors.memory import RequireBuffer
 from riffle_actors.actors.meta_log import ShuffleMetaLog
 from riffle_actors.actors.partition import (
     PURGE,
@@ -75,9 +79,9 @@ from riffle_actors.actors.partition import (
     PartitionActor,
     PartitionContext,
     ReadPart,
-    SendTicket,
     SpillPart,
     abandon,
+    tell_commit,
 )
 from riffle_actors.errors import (
     HugePartitionBackpressureError,
@@ -113,12 +117,34 @@ from riffle_actors.state.app_state import AppLimits, AppState, PartitionEntry, S
 from riffle_actors.state.partition import SpillLimits
 from riffle_actors.state.read_ahead import ClientReadAhead, client_read_ahead
 from riffle_actors.state.recovery import RecoveredApp
-
-__all__ = ["SendTicket"]  # re-exported for the ShuffleService
+from riffle_actors.state.send import BufferAdmission, SendTicket, release_all
 
 
 class PartitionCrashedError(Exception):
     """A PartitionActor of the app crashed; raised by the AppActor to crash itself (never expected)."""
+
+
+def _as_expected(fut: asyncio.Future[Any], loop: asyncio.AbstractEventLoop) -> asyncio.Future[Any]:
+    """``fut`` (another actor's answer handed back as this actor's reply) with any failure that is not
+    a ``RiffleError`` (that actor crashed or stopped on it) as INTERNAL_ERROR: it must not crash this one."""
+    out: asyncio.Future[Any] = loop.create_future()
+
+    def done(f: asyncio.Future[Any]) -> None:
+        if out.done():
+            return
+        if f.cancelled():
+            out.set_exception(InternalError("the memory manager dropped the request; retry"))
+            return
+        exc = f.exception()
+        if exc is None:
+            out.set_result(f.result())
+        elif isinstance(exc, RiffleError):
+            out.set_exception(exc)
+        else:
+            out.set_exception(InternalError(f"the memory manager failed on the request ({exc!r}); retry"))
+
+    fut.add_done_callback(done)
+    return out
 
 
 # ---------------------------------------------------------------------------- messages
@@ -136,11 +162,12 @@ class RegisterShuffle:
 class AppendBlocks:
     """All partitions of one sendShuffleData request, paid for by a ticket of ``ticket_size`` bytes.
 
-    ``ticket`` (made by the sender) turns the reservation into used memory as the partitions
-    append; without one the AppActor makes it. Whatever the outcome, once the AppActor has
-    processed the message the ticket is settled or will be (by the partitions, or by the
-    AppActor's ``on_stop``); on ``ActorDeadError`` the sender calls ``ticket.release_rest()``,
-    which gives back exactly what no partition used (all of it if the message was never processed).
+    ``ticket`` (``riffle_actors.state.send``, made by the sender) turns the reservation into used
+    memory as the partitions append; without one the AppActor makes it. Whatever the outcome, once
+    the AppActor has processed the message the ticket is settled or will be (by the partitions, or by
+    the AppActor's ``on_stop``); on ``ActorDeadError`` the sender tells the ``Commit`` of
+    ``ticket.release_rest()``, which gives back exactly what no partition used (all of it if the
+    message was never processed).
     """
 
     shuffle_id: int
@@ -200,11 +227,14 @@ class CheckBufferRequest:
     """requireBuffer: the app check, then NO_REGISTER unless the shuffle (and each partition named) is
     registered; then refused (``HugePartitionBackpressureError``) while one of the partitions is huge and
     holds more than ``limit_bytes`` in memory (staging + in flight; None = the partition limit is off).
-    Replies with the partitions named that are above the split threshold (sorted; () when none)."""
+    Replies with the partitions named that are above the split threshold (sorted; () when none); with
+    ``size``, the whole requireBuffer in one ask: the AppActor hands ``RequireBuffer`` on to the
+    MemoryManager, whose ``BufferGrant`` (the ticket and those partitions) is the reply."""
 
     shuffle_id: int
     partition_ids: tuple[int, ...]
     limit_bytes: int | None = None
+    size: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -509,9 +539,10 @@ class AppActor(Supervisor):
                 ref.tell_nowait(msg)
             except MailboxFullError:
                 abandon(msg, NoBufferError(f"partition {partition_id} of shuffle {shuffle_id} is busy; "
-                                           f"retry"))
+                                           f"retry"), self.memory)
             except ActorDeadError:  # it crashed: this actor learns it from its Terminated next
-                abandon(msg, InternalError(f"partition {partition_id} of shuffle {shuffle_id} was lost"))
+                abandon(msg, InternalError(f"partition {partition_id} of shuffle {shuffle_id} was lost"),
+                        self.memory)
             return
         if entry.pending is not None:
             entry.pending.append(msg)
@@ -564,7 +595,7 @@ class AppActor(Supervisor):
         """Check the whole send, then one ``AppendPart`` per partition; replies the budget bytes accepted."""
         ticket = msg.ticket
         if ticket is None:
-            ticket = SendTicket(self.memory, self.app_id, msg.ticket_size)
+            ticket = SendTicket(self.app_id, msg.ticket_size)
         state = self.state
         sid = msg.shuffle_id
         try:
@@ -580,59 +611,50 @@ class AppActor(Supervisor):
                 if lowest < 0:  # not a Java block id; it would also break the id bitmaps
                     raise InvalidRequestError(f"partition {pid}: negative blockId {lowest}")
         except BaseException:
-            ticket.release_rest()
+            tell_commit(self.memory, ticket.release_rest())
             raise
         parts = [batch for batch in msg.partitions if len(batch)]
         if not parts:
-            ticket.release_rest()
+            tell_commit(self.memory, ticket.release_rest())
             return 0
-        reply = ticket.expect(self._loop.create_future(), len(parts), self._sends)
+        ticket.expect(len(parts), self._sends)
+        reply: asyncio.Future[int] = self._loop.create_future()
         for batch in parts:
             pid = batch.partition_id
-            self._deliver(sid, pid, shuffle.partition(pid), AppendPart(batch, ticket))
+            self._deliver(sid, pid, shuffle.partition(pid), AppendPart(batch, ticket, reply))
         return reply
 
-    def _check_buffer_request(self, msg: CheckBufferRequest) -> tuple[int, ...]:
+    def _check_buffer_request(self, msg: CheckBufferRequest) -> Any:
         """Registration (NO_REGISTER, as a send would answer), then the partition-limit backpressure
-        (Riffle's huge partitions), from the size table; the split partitions among those named."""
-        shuffle = self.state.shuffle(msg.shuffle_id)
+        (Riffle's huge partitions), from the size table; the split partitions among those named. With
+        ``msg.size``: the reservation too, handed on to the MemoryManager (its ``BufferGrant`` is the reply)."""
+        sid = msg.shuffle_id
+        shuffle = self.state.shuffle(sid)
         for pid in msg.partition_ids:
             if not shuffle.is_registered(pid):
-                raise NoRegisterError(f"partition {pid} of shuffle {msg.shuffle_id} is not registered")
-        if msg.limit_bytes is not None:
-            self._check_huge_backpressure(shuffle, msg)
-        split: set[int] = set()
-        threshold = self.limits.split_threshold_bytes
-        if threshold is not None:
-            for pid in msg.partition_ids:
-                entry = shuffle.partitions.get(pid)
-                # marked on a write above the threshold (for good, as Riffle), or above a threshold
-                # lowered by a config reload since its last write
-                if entry is not None and (entry.figures.split or entry.figures.total_bytes > threshold):
-                    split.add(pid)
+                raise NoRegisterError(f"partition {pid} of shuffle {sid} is not registered")
+        held = BufferAdmission.backpressure(shuffle.partitions, msg.partition_ids, msg.limit_bytes)
+        if held is not None:
+            if held.spill_now:
+                self._deliver(sid, held.partition_id, shuffle.partition(held.partition_id), SpillPart())
+            raise HugePartitionBackpressureError(
+                f"partition {held.partition_id} of shuffle {sid} is huge ({held.total_bytes} bytes received) and "
+                f"holds {held.memory_bytes} bytes in memory, more than {msg.limit_bytes} "
+                f"(partition_limit_memory_backpressure_ratio of capacity); retry later")
+        split = BufferAdmission.split(shuffle.partitions, msg.partition_ids, self.limits.split_threshold_bytes)
         if split and not self.split_triggered:
             self.split_triggered = True
             self.log.warning("app {}: partition split asked for partitions {} of shuffle {} (above "  # noqa: PLE1205
-                             "partition_split_threshold)", self.app_id, sorted(split), msg.shuffle_id)
-        return tuple(sorted(split))
-
-    def _check_huge_backpressure(self, shuffle: ShuffleState, msg: CheckBufferRequest) -> None:
-        assert msg.limit_bytes is not None
-        for pid in msg.partition_ids:
-            entry = shuffle.partitions.get(pid)
-            if entry is None:
-                continue
-            f = entry.figures
-            if not f.huge or f.memory_bytes <= msg.limit_bytes:
-                continue
-            if not f.in_flight_bytes:
-                # nothing on its way to disk: spill the staging now, or the partition would stay
-                # above the limit (its buffer may be below the huge spill size) and never drain
-                self._deliver(msg.shuffle_id, pid, entry, SpillPart())
-            raise HugePartitionBackpressureError(
-                f"partition {pid} of shuffle {msg.shuffle_id} is huge ({f.total_bytes} bytes received) and "
-                f"holds {f.memory_bytes} bytes in memory, more than {msg.limit_bytes} "
-                f"(partition_limit_memory_backpressure_ratio of capacity); retry later")
+                             "partition_split_threshold)", self.app_id, list(split), sid)
+        if msg.size is None:
+            return split
+        # one ask per requireBuffer: the MemoryManager answers the service's ask (reply later, no hop back)
+        try:
+            grant = self.memory.ask_nowait(RequireBuffer(app_id=self.app_id, shuffle_id=sid, size=msg.size,
+                                                         split_partition_ids=split))
+        except (MailboxFullError, ActorDeadError):
+            raise NoBufferError("the memory manager is busy or restarting; retry") from None
+        return _as_expected(grant, self._loop)
 
     # ------------------------------------------------------------- spills
     def _spill_partitions(self, keys: Iterable[tuple[int, int]]) -> int | asyncio.Future[int]:
@@ -680,7 +702,7 @@ class AppActor(Supervisor):
                     pass  # crashed: the app's purge (which its crash causes) releases its memory
             elif entry.pending is not None:
                 for msg in entry.pending:
-                    abandon(msg, gone)
+                    abandon(msg, gone, self.memory)
                 entry.pending = None
 
     @staticmethod
@@ -693,8 +715,7 @@ class AppActor(Supervisor):
     async def on_stop(self) -> None:
         # the partition actors are stopped already (children stop first): what their queues held
         # will never be processed, so the reservations not used yet go back now, before the purge
-        for ticket in list(self._sends):
-            ticket.release_rest()
+        tell_commit(self.memory, release_all(self._sends, self.app_id))
         self._sends.clear()
         if self.meta is not None:
             self.meta.forget_app(self.app_id)

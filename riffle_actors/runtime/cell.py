@@ -166,6 +166,18 @@ class ActorRef:
             # until the cyclic garbage collector happens to run
             del reply, msg
 
+    def ask_nowait(self, msg: Any) -> asyncio.Future[Any]:
+        """Enqueue ``msg`` as an ask now; the future of its answer (``ask`` without the coroutine).
+
+        Raises ``MailboxFullError`` at capacity and ``ActorDeadError`` if stopped, at once; the future
+        then has every outcome of ``ask``. For an actor handing one step of a request on to another:
+        returned from its ``receive`` (reply later), the first asker is answered by the second actor
+        with no wake-up of the asker in between.
+        """
+        reply: asyncio.Future[Any] = self._cell.loop.create_future()
+        self._mailbox.put_nowait((msg, reply))
+        return reply
+
     def tell_threadsafe(self, msg: Any) -> None:
         """Tell from another thread (for example an executor completing IO).
 

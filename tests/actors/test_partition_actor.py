@@ -26,7 +26,6 @@ from riffle_actors.actors.app import (
     PartitionCrashedError,
     PurgeShuffle,
     RegisterShuffle,
-    SendTicket,
     SpillPartitions,
 )
 from riffle_actors.actors.memory import GetBudget, MemoryManagerActor
@@ -36,6 +35,7 @@ from riffle_actors.records import Block, BlockBatch
 from riffle_actors.runtime import Actor, ActorDeadError, ActorRef, ActorSystem, ManualClock, Terminated
 from riffle_actors.state.budget import MemoryBudget
 from riffle_actors.state.buffer import BLOCK_OVERHEAD_BYTES as OVH
+from riffle_actors.state.send import SendTicket
 from riffle_actors.state.tickets import TicketBook
 
 APP = "app1"
@@ -81,11 +81,9 @@ class Rig:
         return await self.app.ask(self.append_msg(partitions, shuffle_id, size))
 
     def append_msg(self, partitions: dict[int, list[Block]], shuffle_id: int, size: int) -> AppendBlocks:
-        memory = self.system.get("memory")
-        assert memory is not None
         parts = tuple(BlockBatch.of(p, b) for p, b in partitions.items())
         return AppendBlocks(shuffle_id=shuffle_id, partitions=parts, ticket_size=size,
-                            ticket=SendTicket(memory, APP, size))
+                            ticket=SendTicket(APP, size))
 
     async def read(self, partition: int, last: int = -1, size: int = 1 << 20, shuffle_id: int = 0,
                    tasks: set[int] | None = None) -> list[int]:
@@ -341,36 +339,4 @@ async def test_a_crashed_partition_actor_crashes_its_app_and_nothing_is_left_res
     assert rig.figures() == (0, 0, 0)
 
 
-class Collect:
-    """A MemoryManager stand-in for ``SendTicket``: keeps what it is told."""
 
-    def __init__(self) -> None:
-        self.msgs: list[Any] = []
-
-    def tell_nowait(self, msg: Any) -> None:
-        self.msgs.append(msg)
-
-
-async def test_a_send_ticket_turns_each_reserved_byte_into_used_or_released_once() -> None:
-    mem = Collect()
-    ticket = SendTicket(mem, APP, 1000)  # type: ignore[arg-type]
-    registry: set[SendTicket] = set()
-    reply = ticket.expect(asyncio.get_running_loop().create_future(), 3, registry)
-    assert not ticket.part_done(300, 300) and mem.msgs == []  # told once per send, not per part
-    ticket.flush()  # a partition about to mark a spill of these bytes
-    assert [(m.ticket_size, m.used) for m in mem.msgs] == [(300, 300)]
-    assert not ticket.part_done(200, 100)  # 100 bytes were duplicates
-    ticket.release_rest()  # the app stopped with the third part unprocessed
-    assert [(m.ticket_size, m.used) for m in mem.msgs][1:] == [(700, 100)] and registry == set()
-    assert ticket.part_done(200, 200)  # processed late all the same: counted as used, not reserved twice
-    ticket.release_rest()
-    ticket.fail(NoRegisterError("late"))
-    assert [(m.ticket_size, m.used) for m in mem.msgs][2:] == [(0, 200)]
-    assert sum(m.ticket_size for m in mem.msgs) == 1000 and sum(m.used for m in mem.msgs) == 600
-    with pytest.raises(NoRegisterError):
-        await reply
-    whole = SendTicket(mem, APP, 500)  # type: ignore[arg-type]
-    done = whole.expect(asyncio.get_running_loop().create_future(), 2, registry)
-    whole.part_done(100, 100)
-    whole.part_done(300, 300)
-    assert await done == 400 and (mem.msgs[-1].ticket_size, mem.msgs[-1].used) == (500, 400)
