@@ -30,7 +30,8 @@ from riffle_actors.actors.app import (
 )
 from riffle_actors.actors.memory import GetBudget, MemoryManagerActor
 from riffle_actors.actors.spill import SpillCompleted, SpillJob
-from riffle_actors.errors import HugePartitionBackpressureError, NoRegisterError
+from riffle_actors.actors.memory import BufferGrant
+from riffle_actors.errors import HugePartitionBackpressureError, InternalError, NoBufferError, NoRegisterError
 from riffle_actors.records import Block, BlockBatch
 from riffle_actors.runtime import Actor, ActorDeadError, ActorRef, ActorSystem, ManualClock, Terminated
 from riffle_actors.state.budget import MemoryBudget
@@ -247,6 +248,28 @@ async def test_finish_shuffle_answers_once_every_batch_is_on_disk(system: ActorS
     assert rig.figures() == (0, 0, 0)
     assert not await rig.app.ask(FinishShuffle(0))  # nothing in memory: answered without a spill
     assert len(rig.spill_rec.jobs) == 2
+
+
+async def test_a_require_buffer_is_one_ask_answered_by_the_memory_manager(system: ActorSystem,
+                                                                          clock: ManualClock) -> None:
+    """requireBuffer's checks and its reservation in one ask of the AppActor: the MemoryManager answers it.
+    A MemoryManager that fails on the reservation (here: crashes) costs that requireBuffer an error, never
+    the app (its actor would crash on a failure that is not a ``RiffleError``, and the app be purged)."""
+    rig = await make_rig(system, clock)
+    grant = await rig.app.ask(CheckBufferRequest(shuffle_id=0, partition_ids=(1, 2), size=1000))
+    assert grant == BufferGrant(1, ()) and rig.figures() == (0, 1000, 0)
+    with pytest.raises(NoBufferError, match="no buffer"):
+        await rig.app.ask(CheckBufferRequest(shuffle_id=0, partition_ids=(1,), size=CAPACITY))
+    with pytest.raises(NoRegisterError):  # the AppActor's checks first: nothing reserved
+        await rig.app.ask(CheckBufferRequest(shuffle_id=9, partition_ids=(1,), size=10))
+    assert rig.figures() == (0, 1000, 0)
+    system.inject_crash("memory")
+    with pytest.raises(InternalError, match="memory manager failed"):
+        await rig.app.ask(CheckBufferRequest(shuffle_id=0, partition_ids=(1,), size=10))
+    assert rig.app.is_alive
+    with pytest.raises(NoBufferError, match="memory manager is busy or restarting"):
+        await rig.app.ask(CheckBufferRequest(shuffle_id=0, partition_ids=(1,), size=10))
+    assert rig.app.is_alive
 
 
 async def test_huge_partitions_get_backpressure_and_a_spill(system: ActorSystem, clock: ManualClock) -> None:
