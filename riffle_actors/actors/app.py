@@ -602,26 +602,31 @@ class AppActor(Supervisor):
             state.check_alive()
             state.touch()
             shuffle = state.shuffle(sid)
+            entries = shuffle.partitions
+            parts = []  # (partition id, its entry, its blocks) of the partitions with blocks
             # every check before any partition sees the request: an error must not leave half of it behind
             for batch in msg.partitions:
                 pid = batch.partition_id
-                if not shuffle.is_registered(pid):
+                entry = entries.get(pid)  # a partition with an entry is registered (the common case)
+                if entry is None and not shuffle.is_registered(pid):
                     raise NoRegisterError(f"partition {pid} of shuffle {sid} is not registered")
                 lowest = batch.min_block_id()
                 if lowest < 0:  # not a Java block id; it would also break the id bitmaps
                     raise InvalidRequestError(f"partition {pid}: negative blockId {lowest}")
+                if len(batch):
+                    parts.append((pid, entry, batch))
         except BaseException:
             tell_commit(self.memory, ticket.release_rest())
             raise
-        parts = [batch for batch in msg.partitions if len(batch)]
         if not parts:
             tell_commit(self.memory, ticket.release_rest())
             return 0
         ticket.expect(len(parts), self._sends)
         reply: asyncio.Future[int] = self._loop.create_future()
-        for batch in parts:
-            pid = batch.partition_id
-            self._deliver(sid, pid, shuffle.partition(pid), AppendPart(batch, ticket, reply))
+        for pid, entry, batch in parts:
+            if entry is None:
+                entry = shuffle.partition(pid)  # its first data: the entry is made here, after every check
+            self._deliver(sid, pid, entry, AppendPart(batch, ticket, reply))
         return reply
 
     def _check_buffer_request(self, msg: CheckBufferRequest) -> Any:
