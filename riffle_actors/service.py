@@ -48,7 +48,7 @@ from riffle_actors.actors.app import (
 )
 from riffle_actors.actors.app_manager import AppDirectory, GetOrCreateApp, PurgeApp, PurgeAppShuffle
 from riffle_actors.actors.hdfs_writer import AllowedRemoteStorages, RegisterRemoteStorage
-from riffle_actors.actors.memory import BufferGrant, CommitTicket, TakeTicket
+from riffle_actors.actors.memory import BufferGrant, TakeTicket
 from riffle_actors.actors.partition import tell_commit
 from riffle_actors.actors.storage_messages import DiskIOError, ReadAheadHint, ReadData, ReadIndex
 from riffle_actors.errors import (
@@ -262,9 +262,8 @@ class ShuffleService:
         n = self.integrity.on_refused(app_id, block_ids)
         self.metrics.crc_refused_sends.inc()
         self.metrics.crc_refused_blocks.inc(n)
-        try:
-            size = await self.memory.ask(TakeTicket(ticket_id=ticket_id, app_id=app_id))
-            self.memory.tell_nowait(CommitTicket(app_id=app_id, ticket_size=size, used=0))  # all of it back
+        try:  # the ticket is spent, all of its reservation back before the refusal is answered
+            await self.memory.ask(TakeTicket(ticket_id=ticket_id, app_id=app_id, release=True))
         except RiffleError:
             pass  # no such ticket (expired, or never issued): nothing to give back
         raise BlockCorruptError(

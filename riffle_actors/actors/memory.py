@@ -55,11 +55,13 @@ class RequireBuffer:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TakeTicket:
-    """A send takes its ticket: the bytes it reserved (refused when the send ``needed`` more)."""
+    """A send takes its ticket: the bytes it reserved (refused when the send ``needed`` more; with
+    ``release`` the reservation goes back at once: the send is refused anyway)."""
 
     ticket_id: int
     app_id: str
     needed: int | None = None
+    release: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,8 +183,8 @@ class MemoryManagerActor(Actor):
                     self._spill(ledger.spill(force=True))
                     raise
                 return ticket_id if split is None else BufferGrant(ticket_id, split)
-            case TakeTicket(ticket_id=ticket_id, app_id=app_id, needed=needed):
-                return ledger.take(ticket_id, app_id, needed)
+            case TakeTicket(ticket_id=ticket_id, app_id=app_id, needed=needed, release=release):
+                return ledger.take(ticket_id, app_id, needed, release)
             case MarkInFlight(app_id=app_id, size=size):
                 ledger.mark_in_flight(app_id, size)
             case ReleaseMemory(app_id=app_id, size=size, was_in_flight=was_in_flight):

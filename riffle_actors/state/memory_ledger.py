@@ -92,10 +92,11 @@ class MemoryLedger:
                 f"no buffer for {size} bytes: capacity {b.capacity}, used {b.used}, allocated {b.allocated}")
         return self.tickets.issue(app_id, shuffle_id, size).ticket_id
 
-    def take(self, ticket_id: int, app_id: str, needed: int | None = None) -> int:
+    def take(self, ticket_id: int, app_id: str, needed: int | None = None, release: bool = False) -> int:
         """A send takes its ticket: the bytes it reserved. Refused (``TicketNotFoundError``) when unknown,
         used, expired or another app's (that app's reservation goes back: the ticket is spent), and
-        (``TicketExceededError``) when the send needs ``needed`` bytes, more than reserved (spent too)."""
+        (``TicketExceededError``) when the send needs ``needed`` bytes, more than reserved (spent too).
+        ``release``: the send is refused anyway (a CRC mismatch): the reservation goes back at once."""
         ticket = self.tickets.take(ticket_id)
         if ticket is None:
             raise TicketNotFoundError(f"requireBufferId {ticket_id} is unknown, used or expired")
@@ -108,6 +109,8 @@ class MemoryLedger:
                 f"sendShuffleData carries {needed} bytes (data + {BLOCK_OVERHEAD_BYTES} per block) but requireBufferId "
                 f"{ticket_id} "
                 f"reserved {ticket.size}; refused, nothing was stored")
+        if release:
+            self._release(ticket)
         return ticket.size
 
     def commit(self, app_id: str, ticket_bytes: int, used_bytes: int) -> SpillRound | None:

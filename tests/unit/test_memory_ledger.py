@@ -160,3 +160,10 @@ def test_every_reserved_byte_is_used_or_given_back_once(sends: list[tuple[int, l
                 led.commit(c.app_id, c.ticket_bytes, c.used_bytes)
         assert registry == set()
     assert figures(led) == (0, held, 0)
+
+
+def test_a_refused_send_spends_its_ticket_and_gives_all_of_it_back() -> None:
+    led = ledger()
+    tid = led.require(APP, 0, 400)
+    assert led.take(tid, APP, release=True) == 400
+    assert figures(led) == (0, 0, 0) and len(led.tickets) == 0
