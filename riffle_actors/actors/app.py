@@ -20,7 +20,7 @@ Routing (one message per request per partition, never one per block):
   backpressure, and the partitions named that are above Riffle's partition-split threshold
   (``[app_config] partition_split_*``), which the reply's ``needSplitPartitionIds`` asks the client
   to move (both decided by ``riffle_actors.state.send.BufferAdmission``); then the reservation is
-  handed on to the MemoryManager (``RequireBuffer``, ``ActorRef.ask_nowait``), whose ``BufferGrant``
+  handed on to the MemoryManager (``RequireBuffer`` in a runtime ``Forward``), whose ``BufferGrant``
   answers the RPC: no hop back through this actor or the service.
 - Spill rounds, huge partitions, ``/apps``, getLocalShuffleIndex/Data: answered from the size
   table (each partition's ``PartitionFigures``, which its actor keeps current), so the
@@ -107,6 +107,7 @@ from riffle_actors.runtime import (
     ChildSpec,
     ChildStartError,
     Clock,
+    Forward,
     MailboxFullError,
     RestartPolicy,
     SliceLane,
@@ -122,29 +123,6 @@ from riffle_actors.state.send import BufferAdmission, SendTicket, release_all
 
 class PartitionCrashedError(Exception):
     """A PartitionActor of the app crashed; raised by the AppActor to crash itself (never expected)."""
-
-
-def _as_expected(fut: asyncio.Future[Any], loop: asyncio.AbstractEventLoop) -> asyncio.Future[Any]:
-    """``fut`` (another actor's answer handed back as this actor's reply) with any failure that is not
-    a ``RiffleError`` (that actor crashed or stopped on it) as INTERNAL_ERROR: it must not crash this one."""
-    out: asyncio.Future[Any] = loop.create_future()
-
-    def done(f: asyncio.Future[Any]) -> None:
-        if out.done():
-            return
-        if f.cancelled():
-            out.set_exception(InternalError("the memory manager dropped the request; retry"))
-            return
-        exc = f.exception()
-        if exc is None:
-            out.set_result(f.result())
-        elif isinstance(exc, RiffleError):
-            out.set_exception(exc)
-        else:
-            out.set_exception(InternalError(f"the memory manager failed on the request ({exc!r}); retry"))
-
-    fut.add_done_callback(done)
-    return out
 
 
 # ---------------------------------------------------------------------------- messages
@@ -653,13 +631,10 @@ class AppActor(Supervisor):
                              "partition_split_threshold)", self.app_id, list(split), sid)
         if msg.size is None:
             return split
-        # one ask per requireBuffer: the MemoryManager answers the service's ask (reply later, no hop back)
-        try:
-            grant = self.memory.ask_nowait(RequireBuffer(app_id=self.app_id, shuffle_id=sid, size=msg.size,
-                                                         split_partition_ids=split))
-        except (MailboxFullError, ActorDeadError):
-            raise NoBufferError("the memory manager is busy or restarting; retry") from None
-        return _as_expected(grant, self._loop)
+        # one ask per requireBuffer: the MemoryManager answers the service's ask itself (no hop back here;
+        # its failure is the asker's, never this actor's)
+        return Forward(self.memory, RequireBuffer(app_id=self.app_id, shuffle_id=sid, size=msg.size,
+                                                  split_partition_ids=split))
 
     # ------------------------------------------------------------- spills
     def _spill_partitions(self, keys: Iterable[tuple[int, int]]) -> int | asyncio.Future[int]:
