@@ -34,7 +34,7 @@ from typing import Any
 
 from loguru import logger
 
-from riffle_actors.actors.app import AppInfo
+from riffle_actors.state.app_report import AppInfo
 from riffle_actors.actors.app_manager import AppDirectory, GetHistory, ListApps
 from riffle_actors.actors.heartbeat import AppSnapshot, DiskSnapshot, HeartbeatSnapshot
 from riffle_actors.actors.memory import BudgetReport, GetBudget

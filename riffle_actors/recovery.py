@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 
 from loguru import logger
 
-from riffle_actors.actors.app import RestoreApp
 from riffle_actors.actors.app_manager import GetOrCreateApp
+from riffle_actors.actors.app_messages import RestoreApp
 from riffle_actors.actors.disk import DiskResources
 from riffle_actors.actors.hdfs_writer import RegisterRemoteStorage
 from riffle_actors.errors import InvalidRequestError

@@ -33,7 +33,8 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import NoReturn
 
-from riffle_actors.actors.app import (
+from riffle_actors.actors.app_manager import AppDirectory, GetOrCreateApp, PurgeApp, PurgeAppShuffle
+from riffle_actors.actors.app_messages import (
     AppendBlocks,
     CheckBufferRequest,
     CommitShuffleTask,
@@ -46,7 +47,6 @@ from riffle_actors.actors.app import (
     RegisterShuffle,
     ReportShuffleResult,
 )
-from riffle_actors.actors.app_manager import AppDirectory, GetOrCreateApp, PurgeApp, PurgeAppShuffle
 from riffle_actors.actors.hdfs_writer import AllowedRemoteStorages, RegisterRemoteStorage
 from riffle_actors.actors.memory import BufferGrant, TakeTicket
 from riffle_actors.actors.partition import tell_commit

@@ -188,7 +188,7 @@ def in_process(opts, work: Path) -> list[dict]:
     """Our layers without gRPC: the servicer, the service, the actor round trips (process CPU per call)."""
     import uvloop
 
-    from riffle_actors.actors.app import CheckBufferRequest
+    from riffle_actors.actors.app_messages import CheckBufferRequest
     from riffle_actors.actors.memory import RequireBuffer
     from riffle_actors.config import ServerConfig, validate_config
     from riffle_actors.protocol.proto import uniffle_pb2 as pb

@@ -52,6 +52,9 @@ the AppManager purges it and later calls get NO_REGISTER, so Spark retries the s
 partition actors are stopped with it. A crashed partition actor (seen through death watch)
 crashes this actor on purpose, with the same outcome: the app is purged, nothing is hidden.
 
+Messages and replies: ``riffle_actors.actors.app_messages``; the ``/apps`` report records:
+``riffle_actors.state.app_report``.
+
 See also: ``riffle_actors.state.app_state`` (the logic), ``riffle_actors.actors.partition``,
 ``riffle_actors.runtime.slicing``, ``riffle_actors.actors.app_manager``.
 """
@@ -62,13 +65,34 @@ import asyncio
 import inspect
 from array import array
 from collections import deque
-from collections.abc import Container, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable
 from functools import partial
 from typing import Any
 
 from loguru import logger
 
+from riffle_actors.actors.app_messages import (
+    AppendBlocks,
+    AppMsg,
+    CheckBufferRequest,
+    CommitShuffleTask,
+    FinishShuffle,
+    GetAppInfo,
+    GetLocalReadPlan,
+    GetMemoryData,
+    GetPartitionDisks,
+    GetShuffleResult,
+    GetSpillCandidates,
+    Heartbeat,
+    IsExpired,
+    LocalReadPlan,
+    PurgeShuffle,
+    RegisterShuffle,
+    ReportShuffleResult,
+    RestoreApp,
+    SpillAll,
+    SpillPartitions,
+)
 from riffle_actors.actors.memory import RequireBuffer
 from riffle_actors.actors.meta_log import ShuffleMetaLog
 from riffle_actors.actors.partition import (
@@ -92,7 +116,6 @@ from riffle_actors.errors import (
     RiffleError,
 )
 from riffle_actors.protocol.bitmap import release_steps
-from riffle_actors.protocol.blockid import BlockIdLayout
 from riffle_actors.protocol.shuffle_meta import (
     BLOCK_IDS,
     REGISTER,
@@ -100,7 +123,7 @@ from riffle_actors.protocol.shuffle_meta import (
     encode_block_ids_steps,
     encode_register,
 )
-from riffle_actors.records import Block, BlockBatch
+from riffle_actors.records import Block
 from riffle_actors.runtime import (
     ActorDeadError,
     ActorRef,
@@ -114,199 +137,16 @@ from riffle_actors.runtime import (
     Supervisor,
     Terminated,
 )
+from riffle_actors.state.app_report import AppInfo, ShuffleInfo
 from riffle_actors.state.app_state import AppLimits, AppState, PartitionEntry, ShuffleState
 from riffle_actors.state.partition import SpillLimits
-from riffle_actors.state.read_ahead import ClientReadAhead, client_read_ahead
+from riffle_actors.state.read_ahead import client_read_ahead
 from riffle_actors.state.recovery import RecoveredApp
 from riffle_actors.state.send import BufferAdmission, SendTicket, release_all
 
 
 class PartitionCrashedError(Exception):
     """A PartitionActor of the app crashed; raised by the AppActor to crash itself (never expected)."""
-
-
-# ---------------------------------------------------------------------------- messages
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RegisterShuffle:
-    shuffle_id: int
-    ranges: tuple[tuple[int, int], ...]
-    local_order: bool
-    user: str = ""
-    properties: tuple[tuple[str, str], ...] = ()
-    remote_storage: str = ""  # registerShuffle's remoteStorage path (kept in the metadata log)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AppendBlocks:
-    """All partitions of one sendShuffleData request, paid for by a ticket of ``ticket_size`` bytes.
-
-    ``ticket`` (``riffle_actors.state.send``, made by the sender) turns the reservation into used
-    memory as the partitions append; without one the AppActor makes it. Whatever the outcome, once
-    the AppActor has processed the message the ticket is settled or will be (by the partitions, or by
-    the AppActor's ``on_stop``); on ``ActorDeadError`` the sender tells the ``Commit`` of
-    ``ticket.release_rest()``, which gives back exactly what no partition used (all of it if the
-    message was never processed).
-    """
-
-    shuffle_id: int
-    partitions: tuple[BlockBatch, ...]
-    ticket_size: int = 0
-    ticket: SendTicket | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ReportShuffleResult:
-    shuffle_id: int
-    task_attempt_id: int
-    # iterated once; the gRPC adapter hands over a generator of its protobuf repeated fields
-    partition_to_block_ids: Iterable[tuple[int, Sequence[int]]]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GetShuffleResult:
-    shuffle_id: int
-    partition_ids: tuple[int, ...]
-    layout: BlockIdLayout | None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GetMemoryData:
-    shuffle_id: int
-    partition_id: int
-    last_block_id: int
-    read_buffer_size: int
-    task_filter: Container[int] | None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GetPartitionDisks:
-    shuffle_id: int
-    partition_id: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GetLocalReadPlan:
-    """A local data read: the disks holding the partition, and whether (and how) the app asked for
-    read-ahead (``LocalReadPlan``)."""
-
-    shuffle_id: int
-    partition_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class LocalReadPlan:
-    disks: tuple[str, ...]
-    read_ahead: ClientReadAhead | None  # None: the app did not ask (its registration's properties)
-    sequential: bool  # the partition's memory was read without a task filter (Riffle's sequential mark)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CheckBufferRequest:
-    """requireBuffer: the app check, then NO_REGISTER unless the shuffle (and each partition named) is
-    registered; then refused (``HugePartitionBackpressureError``) while one of the partitions is huge and
-    holds more than ``limit_bytes`` in memory (staging + in flight; None = the partition limit is off).
-    Replies with the partitions named that are above the split threshold (sorted; () when none); with
-    ``size``, the whole requireBuffer in one ask: the AppActor hands ``RequireBuffer`` on to the
-    MemoryManager, whose ``BufferGrant`` (the ticket and those partitions) is the reply."""
-
-    shuffle_id: int
-    partition_ids: tuple[int, ...]
-    limit_bytes: int | None = None
-    size: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Heartbeat:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class RestoreApp:
-    """Sent once, right after the app's actor started at a restart: what recovery found on disk."""
-
-    recovered: RecoveredApp
-
-
-@dataclass(frozen=True, slots=True)
-class CommitShuffleTask:
-    shuffle_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class FinishShuffle:
-    shuffle_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class PurgeShuffle:
-    shuffle_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class GetSpillCandidates:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class SpillPartitions:
-    keys: tuple[tuple[int, int], ...]  # (shuffle_id, partition_id)
-
-
-@dataclass(frozen=True, slots=True)
-class SpillAll:
-    """Spill every buffer (graceful shutdown); replies once all spills completed."""
-
-
-@dataclass(frozen=True, slots=True)
-class GetAppInfo:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class IsExpired:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class ShuffleInfo:
-    """One shuffle of an app, as ``/apps`` shows it."""
-
-    ranges: int
-    partitions: int
-    partition_actors: int
-    memory_bytes: int
-    disk_bytes: int
-    received_bytes: int
-    reported_partitions: int
-    disks: tuple[str, ...]
-    huge_partitions: int
-    lost_blocks: int = 0  # reported blocks lost by the last restart (only in memory when it died)
-    huge_partition_bytes: tuple[int, ...] = ()  # bytes received by each huge partition
-    hdfs_bytes: int = 0  # spilled to the HDFS tier (clients read it from HDFS)
-    reported_block_ids: int = 0  # block ids reported by the tasks (reportShuffleResult)
-
-
-@dataclass(frozen=True, slots=True)
-class AppInfo:
-    app_id: str
-    user: str
-    registered_epoch_ms: int
-    idle_s: float
-    shuffles: dict[int, ShuffleInfo]
-    partition_count: int
-    memory_bytes: int
-    in_flight_bytes: int
-    received_bytes: int
-    partition_actors: int = 0  # PartitionActors running (or starting) now
-    recovered: bool = False  # rebuilt from disk at the server's start
-    lost_blocks: int = 0  # reported blocks the restart found no data for (see ShuffleInfo.lost_blocks)
-    partition_split_triggered: bool = False  # a partition went above the split threshold (Riffle's flag)
-
-
-AppMsg = (RegisterShuffle | AppendBlocks | ReportShuffleResult | GetShuffleResult | GetMemoryData
-          | GetPartitionDisks | GetLocalReadPlan | CheckBufferRequest | Heartbeat | CommitShuffleTask | FinishShuffle
-          | PurgeShuffle | GetSpillCandidates | SpillPartitions | SpillAll | GetAppInfo | IsExpired
-          | RestoreApp | Terminated)
 
 
 class AppActor(Supervisor):

@@ -53,8 +53,10 @@ from typing import Any, TypeVar
 from loguru import logger
 
 from riffle_actors.runtime import Actor, ActorDeadError, ActorRef, ChildSpec, RestartPolicy, Terminated
-from riffle_actors.actors.app import AppActor, AppInfo, GetAppInfo, GetSpillCandidates, IsExpired, PurgeShuffle, \
-    SpillAll, SpillPartitions
+from riffle_actors.actors.app import AppActor
+from riffle_actors.actors.app_messages import GetAppInfo, GetSpillCandidates, IsExpired, PurgeShuffle, SpillAll, \
+    SpillPartitions
+from riffle_actors.state.app_report import AppInfo
 from riffle_actors.actors.storage_messages import PurgeFiles, UnfenceApp
 from riffle_actors.actors.memory import PurgeAppMemory, SpillLargest, SpillRoundDone
 from riffle_actors.runtime import Clock

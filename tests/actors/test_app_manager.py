@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from riffle_actors.actors.app import GetAppInfo, GetSpillCandidates, IsExpired, SpillAll, SpillPartitions
 from riffle_actors.actors.app_manager import (
     AppDirectory,
     AppManagerActor,
@@ -23,6 +22,13 @@ from riffle_actors.actors.app_manager import (
     GetOrCreateApp,
     ListApps,
     PurgeApp,
+)
+from riffle_actors.actors.app_messages import (
+    GetAppInfo,
+    GetSpillCandidates,
+    IsExpired,
+    SpillAll,
+    SpillPartitions,
 )
 from riffle_actors.actors.memory import PurgeAppMemory, SpillLargest, SpillRoundDone
 from riffle_actors.actors.storage_messages import PurgeFiles, UnfenceApp

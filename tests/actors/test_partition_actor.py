@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from riffle_actors.actors.app import (
-    AppActor,
+from riffle_actors.actors.app import AppActor, PartitionCrashedError
+from riffle_actors.actors.app_messages import (
     AppendBlocks,
     CheckBufferRequest,
     FinishShuffle,
@@ -23,7 +23,6 @@ from riffle_actors.actors.app import (
     GetMemoryData,
     GetPartitionDisks,
     GetSpillCandidates,
-    PartitionCrashedError,
     PurgeShuffle,
     RegisterShuffle,
     SpillPartitions,

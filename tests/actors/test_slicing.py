@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from riffle_actors.runtime import Actor, ActorDeadError, ActorRef, ActorSystem, slicing
-from riffle_actors.actors.app import (
-    AppActor,
+from riffle_actors.actors.app import AppActor
+from riffle_actors.actors.app_messages import (
     GetShuffleResult,
     Heartbeat,
     RegisterShuffle,

@@ -11,7 +11,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from riffle_actors.actors.app import GetPartitionDisks
+from riffle_actors.actors.app_messages import GetPartitionDisks
 from tests.helpers.client import BlockSpec, UniffleClient, assert_read_matches, make_blocks
 
 APP = "application_1700000000000_0042_1700000000001"

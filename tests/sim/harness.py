@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from riffle_actors.actors.app import GetAppInfo
+from riffle_actors.actors.app_messages import GetAppInfo
 from riffle_actors.actors.heartbeat import SendHeartbeatNow
 from riffle_actors.actors.spill import GetSpillStats
 from riffle_actors.config import ServerConfig, validate_config
