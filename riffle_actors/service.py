@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import NoReturn
 
 from riffle_actors.actors.app_manager import AppDirectory, GetOrCreateApp, PurgeApp, PurgeAppShuffle
@@ -51,8 +50,8 @@ from riffle_actors.actors.app_messages import (
     ReportShuffleResult,
 )
 from riffle_actors.actors.hdfs_writer import AllowedRemoteStorages, RegisterRemoteStorage
-from riffle_actors.actors.memory import CommitTicket, RequireBuffer, TakeTicket
-from riffle_actors.actors.partition import SendTicket
+from riffle_actors.actors.memory import BufferGrant, TakeTicket
+from riffle_actors.actors.partition import tell_commit
 from riffle_actors.actors.storage_messages import (
     CorruptRange,
     DiskIOError,
@@ -80,14 +79,7 @@ from riffle_actors.runtime import ActorDeadError, ActorRef
 from riffle_actors.state.buffer import BLOCK_OVERHEAD_BYTES
 from riffle_actors.state.disk_health import DiskHealthBoard
 from riffle_actors.state.integrity import CorruptBlock, IntegrityLedger
-
-
-@dataclass(frozen=True, slots=True)
-class BufferGrant:
-    """requireBuffer's answer: the ticket, and the partitions the client should move elsewhere."""
-
-    ticket_id: int
-    split_partition_ids: tuple[int, ...] = ()
+from riffle_actors.state.send import SendTicket
 
 
 def _check_ids(app_id: object, shuffle_id: object = 0, partition_ids: Iterable[object] = ()) -> None:
@@ -223,11 +215,10 @@ class ShuffleService:
             await _check_ids_in_steps(app_id, shuffle_id, partition_ids)
         if size < 0:
             raise InvalidRequestError(f"requireSize {size} is negative")
-        split = await self._ask_app(app_id, CheckBufferRequest(
+        # one ask: the AppActor checks, then hands the reservation on to the MemoryManager, which answers
+        return await self._ask_app(app_id, CheckBufferRequest(
             shuffle_id=shuffle_id, partition_ids=tuple(partition_ids),
-            limit_bytes=self.huge_partition_limit_bytes))
-        ticket = await self.memory.ask(RequireBuffer(app_id=app_id, shuffle_id=shuffle_id, size=size))
-        return BufferGrant(ticket, tuple(split or ()))
+            limit_bytes=self.huge_partition_limit_bytes, size=size))
 
     async def send_data(self, app_id: str, shuffle_id: int, ticket_id: int,
                         partitions: tuple[BlockBatch, ...]) -> int:
@@ -279,9 +270,8 @@ class ShuffleService:
         n = self.integrity.on_refused(app_id, block_ids)
         self.metrics.crc_refused_sends.inc()
         self.metrics.crc_refused_blocks.inc(n)
-        try:
-            size = await self.memory.ask(TakeTicket(ticket_id=ticket_id, app_id=app_id))
-            self.memory.tell_nowait(CommitTicket(app_id=app_id, ticket_size=size, used=0))
+        try:  # the ticket is spent, all of its reservation back before the refusal is answered
+            await self.memory.ask(TakeTicket(ticket_id=ticket_id, app_id=app_id, release=True))
         except RiffleError:
             pass  # no such ticket (expired, or never issued): nothing to give back
         raise BlockCorruptError(
@@ -291,25 +281,25 @@ class ShuffleService:
 
     async def _take_ticket_and_append(self, app: ActorRef, app_id: str, shuffle_id: int, ticket_id: int,
                                       partitions: tuple[BlockBatch, ...], needed: int) -> int:
-        ticket_size = await self.memory.ask(TakeTicket(ticket_id=ticket_id, app_id=app_id))
-        if needed > ticket_size:
-            # the ticket is spent either way: its reservation goes back, nothing is stored
-            self.memory.tell_nowait(CommitTicket(app_id=app_id, ticket_size=ticket_size, used=0))
+        try:
+            # a send carrying more than its ticket reserved is refused there (the ticket is spent, its
+            # reservation back, nothing stored): memory could grow past its capacity otherwise
+            ticket_size = await self.memory.ask(TakeTicket(ticket_id=ticket_id, app_id=app_id, needed=needed))
+        except TicketExceededError:
             self.metrics.oversized_sends.inc()
-            raise TicketExceededError(
-                f"sendShuffleData carries {needed} bytes (data + {BLOCK_OVERHEAD_BYTES} per block) but "
-                f"requireBufferId {ticket_id} reserved {ticket_size}; refused, nothing was stored")
-        # the partitions convert the ticket into used memory (CommitTicket) as their blocks become readable
-        ticket = SendTicket(self.memory, app_id, ticket_size)
+            raise
+        # the partitions convert the ticket into used memory (its Commits) as their blocks become readable
+        ticket = SendTicket(app_id, ticket_size)
         try:
             return await app.ask(AppendBlocks(shuffle_id=shuffle_id, partitions=partitions,
                                               ticket_size=ticket_size, ticket=ticket))
         except ActorDeadError:
             # what no partition turned into used memory is ours to give back (all of it if never processed)
-            ticket.release_rest()
+            tell_commit(self.memory, ticket.release_rest())
             raise NoRegisterError(f"app {app_id!r} was removed") from None
         except Exception:
-            ticket.release_rest()  # the app crashed on this message: the same (release_rest is idempotent)
+            # the app crashed on this message: the same (release_rest is idempotent)
+            tell_commit(self.memory, ticket.release_rest())
             raise
 
     async def report_shuffle_result(self, app_id: str, shuffle_id: int, task_attempt_id: int,

@@ -12,9 +12,10 @@ Layers, outermost first (server CPU per call, user + system, psutil / ``time.pro
   loop thread and waiting for it, the least a sync-served handler of ours would pay (the actors
   live on the loop);
 - in process, no gRPC (``--in-process``): ``ShuffleServerServicer.requireBuffer`` (our wrapper +
-  the service + the actors), ``ShuffleService.require_buffer`` (the service + the actors), and the
-  two actor round trips it makes alone (``CheckBufferRequest`` to the AppActor, ``RequireBuffer``
-  to the MemoryManager).
+  the service + the actors), ``ShuffleService.require_buffer`` (the service + the actors), the one
+  actor ask it makes (``CheckBufferRequest`` with the size: the AppActor checks, then hands
+  ``RequireBuffer`` on to the MemoryManager, which answers), and its two halves alone (the checks
+  only; ``RequireBuffer`` asked of the MemoryManager directly).
 
     python scripts/bench_require_buffer.py [--calls 20000] [--clients 2] [--concurrency 16]
                                            [--base-repo /path/to/other/checkout]
@@ -215,7 +216,10 @@ def in_process(opts, work: Path) -> list[dict]:
             layers = {
                 "servicer.requireBuffer (wrapper+service+actors)": lambda: servicer.requireBuffer(req, None),
                 "service.require_buffer (service+actors)": lambda: svc.require_buffer(APP, 0, 1, pids),
-                "AppActor ask CheckBufferRequest": lambda: app.ask(CheckBufferRequest(
+                "AppActor ask CheckBufferRequest+size (the one ask a requireBuffer makes)": lambda: app.ask(
+                    CheckBufferRequest(shuffle_id=0, partition_ids=pids, limit_bytes=svc.huge_partition_limit_bytes,
+                                       size=1)),
+                "AppActor ask CheckBufferRequest (checks only)": lambda: app.ask(CheckBufferRequest(
                     shuffle_id=0, partition_ids=pids, limit_bytes=svc.huge_partition_limit_bytes)),
                 "MemoryManager ask RequireBuffer": lambda: svc.memory.ask(RequireBuffer(app_id=APP, shuffle_id=0,
                                                                                        size=1)),

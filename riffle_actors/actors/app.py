@@ -16,9 +16,12 @@ Routing (one message per request per partition, never one per block):
   The reply (bytes accepted) comes once every part is readable; the ticket becomes used
   memory through the request's ``SendTicket`` (one ``CommitTicket`` per send).
 - getMemoryShuffleData: one ``ReadPart``; a partition without an actor has nothing in memory.
-- requireBuffer (``CheckBufferRequest``): registration, the huge-partition backpressure, and the
-  partitions named that are above Riffle's partition-split threshold (``[app_config]
-  partition_split_*``), which the reply's ``needSplitPartitionIds`` asks the client to move.
+- requireBuffer (``CheckBufferRequest``, the RPC's one ask): registration, the huge-partition
+  backpressure, and the partitions named that are above Riffle's partition-split threshold
+  (``[app_config] partition_split_*``), which the reply's ``needSplitPartitionIds`` asks the client
+  to move (both decided by ``riffle_actors.state.send.BufferAdmission``); then the reservation is
+  handed on to the MemoryManager (``RequireBuffer`` in a runtime ``Forward``), whose ``BufferGrant``
+  answers the RPC: no hop back through this actor or the service.
 - Spill rounds, huge partitions, ``/apps``, getLocalShuffleIndex/Data: answered from the size
   table (each partition's ``PartitionFigures``, which its actor keeps current), so the
   AppManager's watermark round costs one ask per app; the chosen partitions get a ``SpillPart``.
@@ -98,6 +101,7 @@ from riffle_actors.actors.app_messages import (
     SpillAll,
     SpillPartitions,
 )
+from riffle_actors.actors.memory import RequireBuffer
 from riffle_actors.actors.meta_log import ShuffleMetaLog
 from riffle_actors.actors.partition import (
     PURGE,
@@ -108,9 +112,9 @@ from riffle_actors.actors.partition import (
     PartitionContext,
     PartitionMsg,
     ReadPart,
-    SendTicket,
     SpillPart,
     abandon,
+    tell_commit,
 )
 from riffle_actors.errors import (
     HugePartitionBackpressureError,
@@ -135,6 +139,7 @@ from riffle_actors.runtime import (
     ChildSpec,
     ChildStartError,
     Clock,
+    Forward,
     MailboxFullError,
     RestartPolicy,
     SliceLane,
@@ -147,6 +152,7 @@ from riffle_actors.state.app_state import AppLimits, AppState, PartitionEntry, S
 from riffle_actors.state.partition import SpillLimits
 from riffle_actors.state.read_ahead import client_read_ahead
 from riffle_actors.state.recovery import RecoveredApp
+from riffle_actors.state.send import BufferAdmission, SendTicket, release_all
 
 
 class PartitionCrashedError(Exception):
@@ -335,9 +341,10 @@ class AppActor(Supervisor):
                 ref.tell_nowait(msg)
             except MailboxFullError:
                 abandon(msg, NoBufferError(f"partition {partition_id} of shuffle {shuffle_id} is busy; "
-                                           f"retry"))
+                                           f"retry"), self.memory)
             except ActorDeadError:  # it crashed: this actor learns it from its Terminated next
-                abandon(msg, InternalError(f"partition {partition_id} of shuffle {shuffle_id} was lost"))
+                abandon(msg, InternalError(f"partition {partition_id} of shuffle {shuffle_id} was lost"),
+                        self.memory)
             return
         waiting = self._waiting.get(entry)
         if waiting is not None:
@@ -392,75 +399,68 @@ class AppActor(Supervisor):
         """Check the whole send, then one ``AppendPart`` per partition; replies the budget bytes accepted."""
         ticket = msg.ticket
         if ticket is None:
-            ticket = SendTicket(self.memory, self.app_id, msg.ticket_size)
+            ticket = SendTicket(self.app_id, msg.ticket_size)
         state = self.state
         sid = msg.shuffle_id
         try:
             state.check_alive()
             state.touch()
             shuffle = state.shuffle(sid)
+            entries = shuffle.partitions
+            parts = []  # (partition id, its entry, its blocks) of the partitions with blocks
             # every check before any partition sees the request: an error must not leave half of it behind
             for batch in msg.partitions:
                 pid = batch.partition_id
-                if not shuffle.is_registered(pid):
+                entry = entries.get(pid)  # a partition with an entry is registered (the common case)
+                if entry is None and not shuffle.is_registered(pid):
                     raise NoRegisterError(f"partition {pid} of shuffle {sid} is not registered")
                 lowest = batch.min_block_id()
                 if lowest < 0:  # not a Java block id; it would also break the id bitmaps
                     raise InvalidRequestError(f"partition {pid}: negative blockId {lowest}")
+                if len(batch):
+                    parts.append((pid, entry, batch))
         except BaseException:
-            ticket.release_rest()
+            tell_commit(self.memory, ticket.release_rest())
             raise
-        parts = [batch for batch in msg.partitions if len(batch)]
         if not parts:
-            ticket.release_rest()
+            tell_commit(self.memory, ticket.release_rest())
             return 0
-        reply = ticket.expect(self._loop.create_future(), len(parts), self._sends)
-        for batch in parts:
-            pid = batch.partition_id
-            self._deliver(sid, pid, shuffle.partition(pid), AppendPart(batch, ticket))
+        ticket.expect(len(parts), self._sends)
+        reply: asyncio.Future[int] = self._loop.create_future()
+        for pid, entry, batch in parts:
+            if entry is None:
+                entry = shuffle.partition(pid)  # its first data: the entry is made here, after every check
+            self._deliver(sid, pid, entry, AppendPart(batch, ticket, reply))
         return reply
 
-    def _check_buffer_request(self, msg: CheckBufferRequest) -> tuple[int, ...]:
+    def _check_buffer_request(self, msg: CheckBufferRequest) -> Any:
         """Registration (NO_REGISTER, as a send would answer), then the partition-limit backpressure
-        (Riffle's huge partitions), from the size table; the split partitions among those named."""
-        shuffle = self.state.shuffle(msg.shuffle_id)
+        (Riffle's huge partitions), from the size table; the split partitions among those named. With
+        ``msg.size``: the reservation too, handed on to the MemoryManager (its ``BufferGrant`` is the reply)."""
+        sid = msg.shuffle_id
+        shuffle = self.state.shuffle(sid)
         for pid in msg.partition_ids:
             if not shuffle.is_registered(pid):
-                raise NoRegisterError(f"partition {pid} of shuffle {msg.shuffle_id} is not registered")
-        if msg.limit_bytes is not None:
-            self._check_huge_backpressure(shuffle, msg)
-        split: set[int] = set()
-        threshold = self.limits.split_threshold_bytes
-        if threshold is not None:
-            for pid in msg.partition_ids:
-                entry = shuffle.partitions.get(pid)
-                # marked on a write above the threshold (for good, as Riffle), or above a threshold
-                # lowered by a config reload since its last write
-                if entry is not None and (entry.figures.split or entry.figures.total_bytes > threshold):
-                    split.add(pid)
+                raise NoRegisterError(f"partition {pid} of shuffle {sid} is not registered")
+        held = BufferAdmission.backpressure(shuffle.partitions, msg.partition_ids, msg.limit_bytes)
+        if held is not None:
+            if held.spill_now:
+                self._deliver(sid, held.partition_id, shuffle.partition(held.partition_id), SpillPart())
+            raise HugePartitionBackpressureError(
+                f"partition {held.partition_id} of shuffle {sid} is huge ({held.total_bytes} bytes received) and "
+                f"holds {held.memory_bytes} bytes in memory, more than {msg.limit_bytes} "
+                f"(partition_limit_memory_backpressure_ratio of capacity); retry later")
+        split = BufferAdmission.split(shuffle.partitions, msg.partition_ids, self.limits.split_threshold_bytes)
         if split and not self.state.split_triggered:
             self.state.split_triggered = True
             self.log.warning("app {}: partition split asked for partitions {} of shuffle {} (above "  # noqa: PLE1205
-                             "partition_split_threshold)", self.app_id, sorted(split), msg.shuffle_id)
-        return tuple(sorted(split))
-
-    def _check_huge_backpressure(self, shuffle: ShuffleState, msg: CheckBufferRequest) -> None:
-        assert msg.limit_bytes is not None
-        for pid in msg.partition_ids:
-            entry = shuffle.partitions.get(pid)
-            if entry is None:
-                continue
-            f = entry.figures
-            if not f.huge or f.memory_bytes <= msg.limit_bytes:
-                continue
-            if not f.in_flight_bytes:
-                # nothing on its way to disk: spill the staging now, or the partition would stay
-                # above the limit (its buffer may be below the huge spill size) and never drain
-                self._deliver(msg.shuffle_id, pid, entry, SpillPart())
-            raise HugePartitionBackpressureError(
-                f"partition {pid} of shuffle {msg.shuffle_id} is huge ({f.total_bytes} bytes received) and "
-                f"holds {f.memory_bytes} bytes in memory, more than {msg.limit_bytes} "
-                f"(partition_limit_memory_backpressure_ratio of capacity); retry later")
+                             "partition_split_threshold)", self.app_id, list(split), sid)
+        if msg.size is None:
+            return split
+        # one ask per requireBuffer: the MemoryManager answers the service's ask itself (no hop back here;
+        # its failure is the asker's, never this actor's)
+        return Forward(self.memory, RequireBuffer(app_id=self.app_id, shuffle_id=sid, size=msg.size,
+                                                  split_partition_ids=split))
 
     # ------------------------------------------------------------- spills
     def _spill_partitions(self, keys: Iterable[tuple[int, int]]) -> int | asyncio.Future[int]:
@@ -508,7 +508,7 @@ class AppActor(Supervisor):
                     pass  # crashed: the app's purge (which its crash causes) releases its memory
             elif entry.starting:
                 for msg in self._waiting.pop(entry, ()):
-                    abandon(msg, gone)
+                    abandon(msg, gone, self.memory)
                 entry.starting = False
 
     @staticmethod
@@ -521,8 +521,7 @@ class AppActor(Supervisor):
     async def on_stop(self) -> None:
         # the partition actors are stopped already (children stop first): what their queues held
         # will never be processed, so the reservations not used yet go back now, before the purge
-        for ticket in list(self._sends):
-            ticket.release_rest()
+        tell_commit(self.memory, release_all(self._sends, self.app_id))
         self._sends.clear()
         if self.meta is not None:
             self.meta.forget_app(self.app_id)

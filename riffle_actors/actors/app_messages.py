@@ -12,7 +12,7 @@ union the AppActor's ``receive`` matches on. The ``/apps`` report (``AppInfo``) 
 ``riffle_actors.state.app_report``.
 
 See also: ``riffle_actors.actors.app`` (the actor), ``riffle_actors.actors.partition`` (its
-partitions' messages and the ``SendTicket`` a send carries).
+partitions' messages), ``riffle_actors.state.send`` (the ``SendTicket`` a send carries).
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from __future__ import annotations
 from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
 
-from riffle_actors.actors.partition import SendTicket
 from riffle_actors.protocol.blockid import BlockIdLayout
 from riffle_actors.records import BlockBatch
 from riffle_actors.runtime import Terminated
 from riffle_actors.state.read_ahead import ClientReadAhead
 from riffle_actors.state.recovery import RecoveredApp
+from riffle_actors.state.send import SendTicket
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -42,11 +42,12 @@ class RegisterShuffle:
 class AppendBlocks:
     """All partitions of one sendShuffleData request, paid for by a ticket of ``ticket_size`` bytes.
 
-    ``ticket`` (made by the sender) turns the reservation into used memory as the partitions
-    append; without one the AppActor makes it. Whatever the outcome, once the AppActor has
-    processed the message the ticket is settled or will be (by the partitions, or by the
-    AppActor's ``on_stop``); on ``ActorDeadError`` the sender calls ``ticket.release_rest()``,
-    which gives back exactly what no partition used (all of it if the message was never processed).
+    ``ticket`` (``riffle_actors.state.send``, made by the sender) turns the reservation into used
+    memory as the partitions append; without one the AppActor makes it. Whatever the outcome, once
+    the AppActor has processed the message the ticket is settled or will be (by the partitions, or by
+    the AppActor's ``on_stop``); on ``ActorDeadError`` the sender tells the ``Commit`` of
+    ``ticket.release_rest()``, which gives back exactly what no partition used (all of it if the
+    message was never processed).
     """
 
     shuffle_id: int
@@ -106,11 +107,14 @@ class CheckBufferRequest:
     """requireBuffer: the app check, then NO_REGISTER unless the shuffle (and each partition named) is
     registered; then refused (``HugePartitionBackpressureError``) while one of the partitions is huge and
     holds more than ``limit_bytes`` in memory (staging + in flight; None = the partition limit is off).
-    Replies with the partitions named that are above the split threshold (sorted; () when none)."""
+    Replies with the partitions named that are above the split threshold (sorted; () when none); with
+    ``size``, the whole requireBuffer in one ask: the AppActor forwards ``RequireBuffer`` to the
+    MemoryManager, whose ``BufferGrant`` (the ticket and those partitions) is the reply."""
 
     shuffle_id: int
     partition_ids: tuple[int, ...]
     limit_bytes: int | None = None
+    size: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ public names of the ones below it):
 - ``mailbox.py``: the bounded mailbox, its statistics, ``ActorDeadError`` / ``MailboxFullError``;
 - ``clock.py``: ``Clock``, ``SystemClock``, ``ManualClock``;
 - ``slicing.py``: ``SliceLane``, long state operations of one actor run in bounded time slices;
-- ``cell.py`` (mailbox): ``ActorRef``, ``Terminated``, ``InjectedCrash`` and the per-actor cell: scheduling, processing,
+- ``cell.py`` (mailbox): ``ActorRef``, ``Terminated``, ``InjectedCrash``, ``Forward`` and the per-actor cell: scheduling, processing,
   failure, stop and death-watch semantics. An idle actor costs no task: it is scheduled only while it
   has mail;
 - ``base.py`` (cell, clock, mailbox): ``Actor``, ``ChildSpec``, ``RestartPolicy``, and ``ActorHost``,
@@ -23,7 +23,7 @@ public names of the ones below it):
 """
 
 from riffle_actors.runtime.base import Actor, ActorHost, ChildSpec, RestartPolicy
-from riffle_actors.runtime.cell import ActorRef, InjectedCrash, Terminated
+from riffle_actors.runtime.cell import ActorRef, Forward, InjectedCrash, Terminated
 from riffle_actors.runtime.clock import Cancellable, Clock, ManualClock, SystemClock
 from riffle_actors.runtime.lifecycle import StartAborted, StartSequence, Step
 from riffle_actors.runtime.mailbox import ActorDeadError, MailboxFullError, MailboxStatistics
@@ -46,6 +46,7 @@ __all__ = [
     "ChildTable",
     "Clock",
     "FireDue",
+    "Forward",
     "InjectedCrash",
     "MailboxFullError",
     "MailboxStatistics",

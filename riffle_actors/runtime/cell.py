@@ -15,7 +15,8 @@ handle senders hold (``ActorRef``):
   gives the loop a turn before it goes on. An async ``receive`` is awaited before the next message is
   taken. A plain ``receive`` that *returns* an awaitable means "reply later": the mailbox is not blocked,
   the ask is answered when the awaitable finishes (an IO completion, for example). Its failure follows
-  the same rules as a raise from ``receive``.
+  the same rules as a raise from ``receive``. A ``receive`` that returns ``Forward(ref, msg)`` hands the
+  message's reply on to another actor: ``msg`` goes to ``ref``'s mailbox, and that actor answers the ask.
 - **Failures.** An exception that is an instance of ``expected_errors`` goes to the asker (or is logged
   at debug level for a tell) and the actor carries on. Any other exception goes to the asker, then the
   actor *crashes*: owned tasks are cancelled and the asks they would have answered fail with
@@ -232,7 +233,33 @@ def tell_control(ref: ActorRef, msg: Any) -> None:
     ref._mailbox.put_control((msg, None))
 
 
-_AWAITABLE_TYPES: dict[type, bool] = {}  # per-type answer: one dict lookup per ask reply
+class Forward:
+    """Returned by ``receive``: hand this message on to ``ref`` as ``msg``, with its reply (an ask stays an
+    ask, answered by ``ref``'s actor; a tell stays a tell).
+
+    For one step of a request that another actor finishes: the asker is answered by the second actor
+    directly, with every outcome of an ask of it (its result, its error, ``ActorDeadError`` if it stops
+    first) and no future, callback or wake-up of the first actor in between; a failure there is the
+    asker's, never the first actor's. A full or stopped mailbox of ``ref`` fails the reply at once
+    (``MailboxFullError`` / ``ActorDeadError``).
+    """
+
+    __slots__ = ("msg", "ref")
+
+    def __init__(self, ref: ActorRef, msg: Any) -> None:
+        self.ref = ref
+        self.msg = msg
+
+    def send(self, reply: asyncio.Future[Any] | None) -> None:
+        try:
+            self.ref._mailbox.put_nowait((self.msg, reply))
+        except (MailboxFullError, ActorDeadError) as exc:
+            if reply is not None and not reply.done():
+                reply.set_exception(exc)
+
+
+# per-type answer: one dict lookup per ask reply; a Forward takes the awaitable branch, which tells it apart
+_AWAITABLE_TYPES: dict[type, bool] = {Forward: True}
 
 
 def _is_awaitable(value: Any) -> bool:
@@ -574,7 +601,10 @@ class ActorCell:
                         return
                     raise
                 if result is not None and _is_awaitable(result):
-                    self._reply_later(actor, result, reply)
+                    if type(result) is Forward:
+                        result.send(reply)
+                    else:
+                        self._reply_later(actor, result, reply)
                 elif reply is not None and not reply.done():
                     reply.set_result(result)
         finally:
@@ -634,7 +664,9 @@ class ActorCell:
                 if self._receive_failed(exc, msg, reply, expected):
                     continue
                 return exc
-            if reply is not None and not reply.done():
+            if type(result) is Forward:
+                result.send(reply)
+            elif reply is not None and not reply.done():
                 reply.set_result(result)
 
     def _receive_failed(self, exc: BaseException, msg: Any, reply: asyncio.Future[Any] | None,

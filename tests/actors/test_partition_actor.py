@@ -27,14 +27,22 @@ from riffle_actors.actors.app_messages import (
     RegisterShuffle,
     SpillPartitions,
 )
-from riffle_actors.actors.memory import GetBudget, MemoryManagerActor
-from riffle_actors.actors.partition import SendTicket
+from riffle_actors.actors.memory import BufferGrant, GetBudget, MemoryManagerActor
 from riffle_actors.actors.spill import SpillCompleted, SpillJob
-from riffle_actors.errors import HugePartitionBackpressureError, NoRegisterError
+from riffle_actors.errors import HugePartitionBackpressureError, NoBufferError, NoRegisterError
 from riffle_actors.records import Block, BlockBatch
-from riffle_actors.runtime import Actor, ActorDeadError, ActorRef, ActorSystem, ManualClock, Terminated
+from riffle_actors.runtime import (
+    Actor,
+    ActorDeadError,
+    ActorRef,
+    ActorSystem,
+    InjectedCrash,
+    ManualClock,
+    Terminated,
+)
 from riffle_actors.state.budget import MemoryBudget
 from riffle_actors.state.buffer import BLOCK_OVERHEAD_BYTES as OVH
+from riffle_actors.state.send import SendTicket
 from riffle_actors.state.tickets import TicketBook
 
 APP = "app1"
@@ -80,11 +88,9 @@ class Rig:
         return await self.app.ask(self.append_msg(partitions, shuffle_id, size))
 
     def append_msg(self, partitions: dict[int, list[Block]], shuffle_id: int, size: int) -> AppendBlocks:
-        memory = self.system.get("memory")
-        assert memory is not None
         parts = tuple(BlockBatch.of(p, b) for p, b in partitions.items())
         return AppendBlocks(shuffle_id=shuffle_id, partitions=parts, ticket_size=size,
-                            ticket=SendTicket(memory, APP, size))
+                            ticket=SendTicket(APP, size))
 
     async def read(self, partition: int, last: int = -1, size: int = 1 << 20, shuffle_id: int = 0,
                    tasks: set[int] | None = None) -> list[int]:
@@ -250,6 +256,30 @@ async def test_finish_shuffle_answers_once_every_batch_is_on_disk(system: ActorS
     assert len(rig.spill_rec.jobs) == 2
 
 
+async def test_a_require_buffer_is_one_ask_answered_by_the_memory_manager(system: ActorSystem,
+                                                                          clock: ManualClock) -> None:
+    """requireBuffer's checks and its reservation in one ask of the AppActor: the MemoryManager answers it.
+    A MemoryManager that fails on the reservation (here: crashes) costs that requireBuffer an error, never
+    the app (had the AppActor waited for the answer, a failure that is not a ``RiffleError`` would crash it,
+    and the app would be purged)."""
+    rig = await make_rig(system, clock)
+    grant = await rig.app.ask(CheckBufferRequest(shuffle_id=0, partition_ids=(1, 2), size=1000))
+    assert grant == BufferGrant(1, ()) and rig.figures() == (0, 1000, 0)
+    with pytest.raises(NoBufferError, match="no buffer"):
+        await rig.app.ask(CheckBufferRequest(shuffle_id=0, partition_ids=(1,), size=CAPACITY))
+    with pytest.raises(NoRegisterError):  # the AppActor's checks first: nothing reserved
+        await rig.app.ask(CheckBufferRequest(shuffle_id=9, partition_ids=(1,), size=10))
+    assert rig.figures() == (0, 1000, 0)
+    system.inject_crash("memory")
+    with pytest.raises(InjectedCrash):  # the asker gets the MemoryManager's failure (INTERNAL_ERROR on the wire)
+        await rig.app.ask(CheckBufferRequest(shuffle_id=0, partition_ids=(1,), size=10))
+    assert rig.app.is_alive
+    with pytest.raises(ActorDeadError):  # stopped (unsupervised here; the server's restarts and keeps its mail)
+        await rig.app.ask(CheckBufferRequest(shuffle_id=0, partition_ids=(1,), size=10))
+    assert rig.app.is_alive
+    assert await rig.app.ask(CheckBufferRequest(shuffle_id=0, partition_ids=(1,))) == ()
+
+
 async def test_huge_partitions_get_backpressure_and_a_spill(system: ActorSystem, clock: ManualClock) -> None:
     rig = await make_rig(system, clock, spill_bytes=1 << 20, huge_threshold=3000, huge_spill=1 << 20)
     await rig.send({0: [blk(i) for i in range(4)], 1: [blk(10)]})
@@ -340,36 +370,4 @@ async def test_a_crashed_partition_actor_crashes_its_app_and_nothing_is_left_res
     assert rig.figures() == (0, 0, 0)
 
 
-class Collect:
-    """A MemoryManager stand-in for ``SendTicket``: keeps what it is told."""
 
-    def __init__(self) -> None:
-        self.msgs: list[Any] = []
-
-    def tell_nowait(self, msg: Any) -> None:
-        self.msgs.append(msg)
-
-
-async def test_a_send_ticket_turns_each_reserved_byte_into_used_or_released_once() -> None:
-    mem = Collect()
-    ticket = SendTicket(mem, APP, 1000)  # type: ignore[arg-type]
-    registry: set[SendTicket] = set()
-    reply = ticket.expect(asyncio.get_running_loop().create_future(), 3, registry)
-    assert not ticket.part_done(300, 300) and mem.msgs == []  # told once per send, not per part
-    ticket.flush()  # a partition about to mark a spill of these bytes
-    assert [(m.ticket_size, m.used) for m in mem.msgs] == [(300, 300)]
-    assert not ticket.part_done(200, 100)  # 100 bytes were duplicates
-    ticket.release_rest()  # the app stopped with the third part unprocessed
-    assert [(m.ticket_size, m.used) for m in mem.msgs][1:] == [(700, 100)] and registry == set()
-    assert ticket.part_done(200, 200)  # processed late all the same: counted as used, not reserved twice
-    ticket.release_rest()
-    ticket.fail(NoRegisterError("late"))
-    assert [(m.ticket_size, m.used) for m in mem.msgs][2:] == [(0, 200)]
-    assert sum(m.ticket_size for m in mem.msgs) == 1000 and sum(m.used for m in mem.msgs) == 600
-    with pytest.raises(NoRegisterError):
-        await reply
-    whole = SendTicket(mem, APP, 500)  # type: ignore[arg-type]
-    done = whole.expect(asyncio.get_running_loop().create_future(), 2, registry)
-    whole.part_done(100, 100)
-    whole.part_done(300, 300)
-    assert await done == 400 and (mem.msgs[-1].ticket_size, mem.msgs[-1].used) == (500, 400)

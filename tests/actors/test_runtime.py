@@ -14,6 +14,7 @@ from riffle_actors.runtime import (
     ActorDeadError,
     ActorRef,
     ActorSystem,
+    Forward,
     MailboxFullError,
     MailboxStatistics,
     Terminated,
@@ -412,3 +413,36 @@ async def test_actor_ref_is_a_stable_identity(system: ActorSystem) -> None:
     ref: ActorRef = await system.spawn(Recorder(), name="id")
     assert {ref: 1}[system.get("id")] == 1  # type: ignore[index]
     assert "id" in repr(ref)
+
+
+class Forwarder(Actor):
+    """Hands every message on to ``target`` (as ``("fwd", msg)`` so the target's record shows the hop)."""
+
+    def __init__(self, target: ActorRef) -> None:
+        self.target = target
+        self.handled = 0
+
+    def receive(self, msg: Any) -> Any:
+        self.handled += 1
+        if msg == "self":
+            return "here"
+        return Forward(self.target, msg)
+
+
+async def test_a_forwarded_ask_is_answered_by_the_second_actor_and_its_failure_is_the_askers(
+        system: ActorSystem) -> None:
+    rec = Recorder()
+    target = await system.spawn(rec, "target")
+    fwd = Forwarder(target)
+    front = await system.spawn(fwd, "front")
+    assert await front.ask("a") == "a"  # answered by the Recorder
+    await front.tell("b")  # a tell stays a tell
+    assert await front.ask("get") == ["a", "b"]
+    with pytest.raises(ValueError, match="expected"):
+        await front.ask("oops")
+    with pytest.raises(RuntimeError, match="unexpected"):  # the target crashes on it, not the forwarder
+        await front.ask("boom")
+    assert front.is_alive and not target.is_alive
+    with pytest.raises(ActorDeadError):  # the target's mailbox is closed: the reply fails at once
+        await front.ask("c")
+    assert await front.ask("self") == "here" and fwd.handled == 7
