@@ -421,9 +421,8 @@ class ShuffleService:
             # several files: the virtual data file of getLocalShuffleIndex for every client; the storageId
             # is not looked at (none was handed out for this partition, and an index of the time it was
             # on one disk has the first file's offsets, which are the same in the virtual file)
-            files = await self._disk_files(app_id, shuffle_id, partition_id, disks)
-            if not files:
-                raise InternalError(f"no local data for app {app_id} shuffle {shuffle_id} partition {partition_id}")
+            # the bases: the lengths of the files before the last (which never grow once a later one exists)
+            files = [*await self._disk_files(app_id, shuffle_id, partition_id, disks[:-1]), (disks[-1], b"", 0)]
             pieces = map_virtual_range([(disk, n) for disk, _, n in files], offset, length)
             if len(pieces) == 1:
                 disk, file_offset, n = pieces[0]

@@ -11,11 +11,13 @@ all read every block byte-exact, also across a restart (the recovered segments k
 from __future__ import annotations
 
 import errno
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
 
 from riffle_actors.protocol.index import decode_index
+from riffle_actors.protocol.urpc import MessageType
 from tests.fault.scenario import APP, Workload, partition_disks
 from tests.helpers import poll_until
 from tests.helpers.client import UniffleClient, assert_read_matches, blocks_by_id
@@ -52,7 +54,7 @@ async def read_all(client: UniffleClient, w: Workload, **kw) -> None:
 async def test_a_09_client_reads_a_partition_spread_over_two_disks_whole(fault_server, client_factory,
                                                                           tmp_path: Path) -> None:
     srv = await fault_server(**URPC)
-    w, first, second = await spread_over_two_disks(srv, client_factory(srv))
+    w, _, _ = await spread_over_two_disks(srv, client_factory(srv))
     pb, pb_grpc = load_upstream_proto()  # 0.9.2: no storageIds, no storageId
     old = client_factory(srv, pb=pb, pb_grpc=pb_grpc)
     await read_all(old, w)
@@ -63,7 +65,7 @@ async def test_a_09_client_reads_a_partition_spread_over_two_disks_whole(fault_s
         appId=APP, shuffleId=0, partitionId=0, partitionNumPerRange=1, partitionNum=1))
     entries = decode_index(ix.indexData)
     assert list(ix.storageIds) == []
-    assert all(b.offset == a.offset + a.length for a, b in zip(entries, entries[1:], strict=False))
+    assert all(b.offset == a.offset + a.length for a, b in pairwise(entries))
     assert ix.dataFileLen == entries[-1].offset + entries[-1].length == sum(e.length for e in entries)
 
     # one range across both files: the last block of disk A's file and the first of disk B's
@@ -82,6 +84,7 @@ async def test_a_09_client_reads_a_partition_spread_over_two_disks_whole(fault_s
     urpc = await UrpcClient(f"127.0.0.1:{srv.grpc_port}", srv.urpc_port).connect()
     try:
         await read_all(urpc, w, read_buffer_size=100_000)
+        assert set(urpc.stub.index_types) == {MessageType.GET_LOCAL_SHUFFLE_INDEX_RESPONSE}  # V1
     finally:
         await urpc.close()
 
