@@ -11,11 +11,13 @@ all read every block byte-exact, also across a restart (the recovered segments k
 from __future__ import annotations
 
 import errno
+import os
 from itertools import pairwise
 from pathlib import Path
 
 import pytest
 
+from riffle_actors.io import localfile
 from riffle_actors.protocol.index import decode_index
 from riffle_actors.protocol.urpc import MessageType
 from tests.fault.scenario import APP, Workload, partition_disks
@@ -101,3 +103,36 @@ async def test_the_partition_stays_readable_after_a_restart(fault_server, client
     pb, pb_grpc = load_upstream_proto()
     await read_all(client_factory(again, pb=pb, pb_grpc=pb_grpc), w, read_buffer_size=100_000)
     await read_all(client_factory(again), w, read_buffer_size=100_000)
+
+
+async def test_urpc_v2_index_carries_no_storage_ids_for_the_virtual_file(fault_server, client_factory) -> None:
+    srv = await fault_server(**URPC, urpc_config={"get_index_rpc_version": "V2"})
+    w, _, _ = await spread_over_two_disks(srv, client_factory(srv))
+    urpc = await UrpcClient(f"127.0.0.1:{srv.grpc_port}", srv.urpc_port).connect()
+    try:
+        ix = await urpc.stub.getLocalShuffleIndex(urpc.pb.GetLocalShuffleIndexRequest(
+            appId=APP, shuffleId=0, partitionId=0, partitionNumPerRange=1, partitionNum=1))
+        assert ix.status == 0 and list(ix.storageIds) == []
+        assert urpc.stub.index_types == [MessageType.GET_LOCAL_SHUFFLE_INDEX_V2_RESPONSE]
+        await read_all(urpc, w, read_buffer_size=100_000)
+    finally:
+        await urpc.close()
+
+
+async def test_a_spill_never_goes_back_to_the_earlier_disk_while_the_later_one_may_return(
+        fault_server, client_factory) -> None:
+    """The bases of the virtual file stay put: with disk B failing, the batch waits for B (not A)."""
+    srv = await fault_server()
+    w, first, second = await spread_over_two_disks(srv, client_factory(srv))
+    data_a = localfile.partition_paths(first, APP, 0, 0)[0]
+    size_a = os.path.getsize(data_a)
+    srv.faulty[second].fail("append_batch", errno.EIO)
+    await w.write(per_partition=20)  # spills: B fails, A is left out, the batch waits and tries B again
+    await poll_until(lambda: srv.faulty[second].rules[0].hits >= 2)
+    assert os.path.getsize(data_a) == size_a
+    srv.faulty[second].heal()
+    await w.finish()
+    assert await partition_disks(srv, APP, 0, 0) == (first, second)
+    assert os.path.getsize(data_a) == size_a
+    pb, pb_grpc = load_upstream_proto()
+    await read_all(client_factory(srv, pb=pb, pb_grpc=pb_grpc), w, read_buffer_size=100_000)
