@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import NoReturn
 
 from riffle_actors.actors.app_manager import AppDirectory, GetOrCreateApp, PurgeApp, PurgeAppShuffle
@@ -74,6 +75,7 @@ from riffle_actors.protocol.bitmap import TaskIdFilter
 from riffle_actors.protocol.blockid import BlockIdLayout
 from riffle_actors.protocol.crc import BadBlock, find_bad_block
 from riffle_actors.protocol.errors import ProtocolError
+from riffle_actors.protocol.index import shift_offsets
 from riffle_actors.records import Block, BlockBatch
 from riffle_actors.runtime import ActorDeadError, ActorRef
 from riffle_actors.state.buffer import BLOCK_OVERHEAD_BYTES
@@ -339,23 +341,45 @@ class ShuffleService:
             self.metrics.read_memory_bytes.inc(sum(len(b.data) for b in blocks))
         return blocks
 
-    async def get_local_index(self, app_id: str, shuffle_id: int, partition_id: int) -> tuple[bytes, int, list[int]]:
-        """(index bytes of every disk holding the partition, total data length, storage ids)."""
-        _check_ids(app_id, shuffle_id, (partition_id,))
-        disks = await self._ask_app(app_id, GetPartitionDisks(shuffle_id=shuffle_id, partition_id=partition_id))
-        parts: list[bytes] = []
-        data_len = 0
-        storage_ids: list[int] = []
+    async def _disk_files(self, app_id: str, shuffle_id: int, partition_id: int,
+                          disks: Sequence[str]) -> list[tuple[str, bytes, int]]:
+        """(disk, index, data length) of every disk holding a (non-empty) file of the partition, in the
+        partition's order of first use: the files of its virtual data file."""
+        files = []
         for disk in disks:
             index, length = await self._ask_disk(disk, ReadIndex(app_id=app_id, shuffle_id=shuffle_id,
                                                                 partition_id=partition_id))
             if index:
-                parts.append(index)
-                data_len += length
-                storage_ids.append(self.disk_names.index(disk))
-        index = parts[0] if len(parts) == 1 else b"".join(parts)
+                files.append((disk, index, length))
+        return files
+
+    async def get_local_index(self, app_id: str, shuffle_id: int, partition_id: int) -> tuple[bytes, int, list[int]]:
+        """(index bytes, data length, storage ids).
+
+        A partition on one disk: its index verbatim, its data length, that disk's storage id. A partition
+        whose spills moved to other disks (a disk fault) has a data file on each: they are served as ONE
+        virtual data file, the files in order of first use one after the other, so that every client
+        generation reads it right (the 0.9 client sends no storageId and would mix the files up; a
+        0.10 client with no storage ids sends -1 throughout): the records of file k with their offsets
+        shifted by the data length of files 0..k-1, no storage ids, the total length. The bases stay
+        the same while readers hold an index: a partition never appends to a disk's file once a later
+        one exists (``SpillJob.earlier_disks``)."""
+        _check_ids(app_id, shuffle_id, (partition_id,))
+        disks = await self._ask_app(app_id, GetPartitionDisks(shuffle_id=shuffle_id, partition_id=partition_id))
+        files = await self._disk_files(app_id, shuffle_id, partition_id, disks)
+        if not files:
+            return b"", 0, []
+        if len(files) == 1:
+            disk, index, data_len = files[0]
+            self.metrics.read_index_bytes.inc(len(index))
+            return index, data_len, [self.disk_names.index(disk)]
+        size = sum(len(index) for _, index, _ in files)
+        if size > _SHIFT_ON_THREAD_BYTES:
+            index = await asyncio.to_thread(_virtual_index, files)
+        else:
+            index = _virtual_index(files)
         self.metrics.read_index_bytes.inc(len(index))
-        return index, data_len, storage_ids
+        return index, sum(length for _, _, length in files), []
 
     async def get_local_data(self, app_id: str, shuffle_id: int, partition_id: int, storage_id: int,
                              offset: int, length: int, as_file: bool = False,
@@ -364,12 +388,14 @@ class ShuffleService:
         must close, for ``sendfile``) instead (or the bytes, where reads bypass the page cache), or
         ``b""`` for an empty range.
 
-        ``storage_id``: an index into this server's disks as getLocalShuffleIndex gave it, or -1 (a urpc
-        V1 request carries none; a 0.9 gRPC client sends 0); anything else is refused.
+        ``storage_id``: an index into this server's disks, or -1 (a urpc V1 request carries none; a 0.9
+        gRPC client sends 0); anything else is refused. It does not choose the file: ``offset`` is one of
+        the partition's virtual data file (``get_local_index``), mapped onto its files here; a range
+        across two files is read from both (as bytes, not ``sendfile``) and joined.
         ``next_segments`` / ``task_attempt_id``: the client's read plan (urpc V3), for read-ahead; the
         disk's read-ahead only uses them when the app asked for read-ahead (``riffle_actors.state.read_ahead``)."""
         _check_ids(app_id, shuffle_id, (partition_id,))
-        if not -1 <= storage_id < len(self.disk_names):
+        if not -1 <= storage_id < len(self.disk_names):  # a storageId must make sense, even where unused
             raise InvalidRequestError(f"storageId {storage_id} is not a storage of this server "
                                       f"(it has {len(self.disk_names)}: 0..{len(self.disk_names) - 1})")
         if offset < 0 or length < 0:
@@ -381,21 +407,41 @@ class ShuffleService:
         disks = plan.disks
         if not disks:
             raise InternalError(f"no local data for app {app_id} shuffle {shuffle_id} partition {partition_id}")
-        if len(disks) == 1:
-            disk = disks[0]  # a 0.9 client sends no storageId (reads as 0): the single file is meant
-        elif 0 <= storage_id < len(self.disk_names) and self.disk_names[storage_id] in disks:
-            disk = self.disk_names[storage_id]
-        else:
-            raise InvalidRequestError(f"storageId {storage_id} does not hold partition {partition_id}")
         if length == 0:
             return b""
-        corrupt = self.integrity.corrupt_in(app_id, shuffle_id, partition_id, disk, offset, length)
-        if corrupt is not None:
-            self._refuse_corrupt(app_id, partition_id, disk, corrupt)
         hint = None
         if plan.read_ahead is not None:
             hint = ReadAheadHint(client=plan.read_ahead, sequential=plan.sequential, task_attempt_id=task_attempt_id,
                                  next_segments=tuple(next_segments))
+        if len(disks) == 1:
+            # one file, whatever the storageId (a 0.9 gRPC client sends none: it reads as 0)
+            data = await self._read_piece(app_id, shuffle_id, partition_id, disks[0], offset, length, as_file, hint)
+        else:
+            # several files: the virtual data file of getLocalShuffleIndex for every client; the storageId
+            # is not looked at (none was handed out for this partition, and an index of the time it was
+            # on one disk has the first file's offsets, which are the same in the virtual file)
+            # the bases: the lengths of the files before the last (which never grow once a later one exists)
+            files = [*await self._disk_files(app_id, shuffle_id, partition_id, disks[:-1]), (disks[-1], b"", 0)]
+            pieces = map_virtual_range([(disk, n) for disk, _, n in files], offset, length)
+            if len(pieces) == 1:
+                disk, file_offset, n = pieces[0]
+                data = await self._read_piece(app_id, shuffle_id, partition_id, disk, file_offset, n, as_file,
+                                              _piece_hint(hint, files, disk))
+            else:  # a range across two files: both parts as bytes, joined
+                parts = [await self._read_piece(app_id, shuffle_id, partition_id, disk, file_offset, n, False,
+                                                _piece_hint(hint, files, disk))
+                         for disk, file_offset, n in pieces]
+                data = b"".join(parts)
+        self.metrics.read_local_bytes.inc(length)
+        return data
+
+    async def _read_piece(self, app_id: str, shuffle_id: int, partition_id: int, disk: str, offset: int,
+                          length: int, as_file: bool, hint: ReadAheadHint | None):
+        """One range of the partition's data file on ``disk`` (file offsets), refused when it holds a block
+        the scrubber found corrupt or the disk's read check (``read_crc_check_enable``) finds one."""
+        corrupt = self.integrity.corrupt_in(app_id, shuffle_id, partition_id, disk, offset, length)
+        if corrupt is not None:
+            self._refuse_corrupt(app_id, partition_id, disk, corrupt)
         data = await self._ask_disk(disk, ReadData(app_id=app_id, shuffle_id=shuffle_id, partition_id=partition_id,
                                                    offset=offset, length=length, as_file=as_file, read_ahead=hint))
         if isinstance(data, CorruptRange):  # the read CRC check found them: recorded as the scrubber's finds are
@@ -403,7 +449,6 @@ class ShuffleService:
             if new:
                 self.metrics.read_crc_corrupt_blocks.labels(disk).inc(new)
             self._refuse_corrupt(app_id, partition_id, disk, data.blocks[0])
-        self.metrics.read_local_bytes.inc(length)
         return data
 
     def _refuse_corrupt(self, app_id: str, partition_id: int, disk: str, corrupt: CorruptBlock) -> NoReturn:
@@ -448,3 +493,48 @@ class ShuffleService:
         """startSortMerge / getSortedShuffleData: the ids are checked, then refused (no remote merge here)."""
         _check_ids(app_id, shuffle_id, (partition_id,))
         raise InternalError("Remote merge is disabled")
+
+
+_SHIFT_ON_THREAD_BYTES = 1 << 20  # a virtual index above this (25k records) is built on a thread
+
+
+def _virtual_index(files: Sequence[tuple[str, bytes, int]]) -> bytes:
+    """The indexes of ``files`` as one, each file's offsets shifted by the data length of those before."""
+    parts, base = [], 0
+    for _, index, length in files:
+        parts.append(shift_offsets(index, base))
+        base += length
+    return b"".join(parts)
+
+
+def map_virtual_range(files: Sequence[tuple[str, int]], offset: int, length: int) -> list[tuple[str, int, int]]:
+    """``[offset, offset + length)`` of a virtual data file made of ``files`` ((disk, data length), in
+    order) as (disk, file offset, length) pieces. The last file takes whatever lies past the others (a
+    range past its end is refused by its disk, as on a partition with one file)."""
+    pieces: list[tuple[str, int, int]] = []
+    base, end = 0, offset + length
+    for i, (disk, size) in enumerate(files):
+        last = i == len(files) - 1
+        top = end if last else base + size
+        lo, hi = max(offset, base), min(end, top)
+        if lo < hi:
+            pieces.append((disk, lo - base, hi - lo))
+        base += size
+        if base >= end:
+            break
+    return pieces
+
+
+def _piece_hint(hint: ReadAheadHint | None, files: Sequence[tuple[str, bytes, int]],
+                disk: str) -> ReadAheadHint | None:
+    """The read-ahead hint of a read on ``disk``: the client's next segments that lie in that disk's file,
+    in its file offsets (the others are left out)."""
+    if hint is None or not hint.next_segments:
+        return hint
+    sizes = [(d, n) for d, _, n in files]
+    mapped = []
+    for seg_offset, seg_length in hint.next_segments:
+        pieces = map_virtual_range(sizes, seg_offset, seg_length)
+        if len(pieces) == 1 and pieces[0][0] == disk:
+            mapped.append((pieces[0][1], pieces[0][2]))
+    return replace(hint, next_segments=tuple(mapped))

@@ -257,6 +257,7 @@ class PartitionActor(Actor):
         ctx.spill.tell_nowait(SpillJob(app_id=ctx.app_id, shuffle_id=ctx.shuffle_id,
                                        partition_id=self.partition_id, flight_id=flight.flight_id,
                                        blocks=flight.blocks, preferred_disk=disks[-1] if disks else None,
+                                       earlier_disks=disks[:-1],
                                        reply_to=self.ref, epoch=ctx.epoch, huge=self.state.figures.huge))
         return flight.size
 

@@ -63,6 +63,9 @@ class SpillJob:
     blocks: tuple[Block, ...]
     preferred_disk: str | None
     reply_to: ActorRef
+    # the partition's disks before ``preferred_disk``: never written to again while another disk can take
+    # the batch, so the bases of its virtual data file stay put (``riffle_actors.service.get_local_index``)
+    earlier_disks: tuple[str, ...] = ()
     epoch: int = 0  # incarnation of the shuffle (``ShuffleState.epoch``), echoed in SpillCompleted
     huge: bool = False  # the partition is huge (the HDFS tier policy may send it to HDFS)
 
@@ -217,7 +220,7 @@ class SpillDispatcherActor(Actor):
         """Write ``job`` until a disk acknowledges it (its disk) or its app is gone (None)."""
         key = BatchKey(job.app_id, job.shuffle_id, job.partition_id, job.flight_id)
         attempt = self.plan.begin(key, job.preferred_disk, sum(len(b.data) for b in job.blocks),
-                                  self.clock.monotonic())
+                                  self.clock.monotonic(), earlier_disks=job.earlier_disks)
         try:
             while True:
                 if not job.reply_to.is_alive:

@@ -10,6 +10,11 @@ The rules, in the order they apply:
 
 - **Disk choice.** The partition's current disk while it may take data, else a placeable disk
   chosen by hashing the partition (``choose_disk``), so one partition's files stay together.
+- **Files in order.** A partition whose files span several disks (it was re-routed) never writes to
+  one of its earlier disks again (``earlier_disks``) while another disk can take the batch: its files
+  form one virtual data file whose bases must not move under a reader holding its index. Only a batch
+  that is already stuck may fall back to them (the partition then keeps working; a reader holding an
+  older index gets bytes that fail its CRC check and reads another replica).
 - **Never drop a batch.** A batch leaves memory only once a disk acknowledged it; no number of
   failures gives it up. Only the owner's purge ends it early (the actor checks that).
 - **IO error on a disk** (``disk_fault``): that disk is left out for this batch and the next
@@ -101,6 +106,7 @@ class SpillAttempt:
     started_monotonic: float
     backoff_s: float
     origin: str | None = None  # where the partition's files are, or the first disk tried
+    earlier_disks: frozenset[str] = frozenset()  # the partition's disks before its current one: left out
     tried: set[str] = field(default_factory=set)  # disks left out until the next round
     retries: int = 0
     failed_writes: int = 0
@@ -176,9 +182,11 @@ class SpillPlan:
         return [d for d in self.disks if d not in self.held_out and board_placeable(d)]
 
     # ------------------------------------------------------------- one batch
-    def begin(self, key: BatchKey, preferred_disk: str | None, data_bytes: int, now: float) -> SpillAttempt:
+    def begin(self, key: BatchKey, preferred_disk: str | None, data_bytes: int, now: float, *,
+              earlier_disks: Iterable[str] = ()) -> SpillAttempt:
         attempt = SpillAttempt(key=key, preferred_disk=preferred_disk, data_bytes=data_bytes,
                                started_monotonic=now, backoff_s=self.policy.first_backoff_s, origin=preferred_disk,
+                               earlier_disks=frozenset(earlier_disks) - {preferred_disk},
                                next_report=self.policy.stuck_after_retries)
         self._active[id(attempt)] = attempt
         return attempt
@@ -186,6 +194,8 @@ class SpillPlan:
     def next_step(self, attempt: SpillAttempt, placeable: list[str]) -> SpillStep:
         """Where to write ``attempt`` now, or how long to pause first."""
         candidates = [d for d in placeable if d not in attempt.tried]
+        if attempt.earlier_disks and not attempt.stuck:
+            candidates = [d for d in candidates if d not in attempt.earlier_disks]
         disk = choose_disk(attempt.key, attempt.preferred_disk, candidates)
         if disk is not None:
             if attempt.origin is None:

@@ -10,6 +10,7 @@ visibility, §2.6 memory invariants), and nothing is left behind once an app is 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import random
 from collections import defaultdict
@@ -219,7 +220,7 @@ async def test_cancelled_sends_keep_the_accounting_exact(server_factory, manual_
 
 
 async def test_partition_files_on_two_disks(server_factory) -> None:
-    """A disk taken out of rotation: the partition continues on another disk, reads use storageIds."""
+    """A disk taken out of rotation: the partition continues on another disk, read as one virtual file."""
     srv = await server_factory(capacity="4M")
     async with client_for(srv) as client:
         await client.register_shuffle(APP, 0, [0])
@@ -237,15 +238,20 @@ async def test_partition_files_on_two_disks(server_factory) -> None:
         await client.report(APP, 0, 2, second)
         ix = await client.stub.getLocalShuffleIndex(pb.GetLocalShuffleIndexRequest(appId=APP, shuffleId=0,
                                                                                    partitionId=0))
-        paths = srv.cfg.localfile_store.data_paths
-        assert list(ix.storageIds) == [paths.index(used[0]), 1 - paths.index(used[0])]
+        # one virtual data file (issue 21): no storage ids, the second file's offsets after the first's
+        assert list(ix.storageIds) == []
         assert ix.dataFileLen == sum(len(b.data) for b in first + second)
-        assert [e.block_id for e in decode_index(ix.indexData)] == [b.block_id for b in first + second]
-        # the same offset means a different file per storage id
-        for sid, blocks in zip(ix.storageIds, (first, second)):
-            resp = await client.stub.getLocalShuffleData(pb.GetLocalShuffleDataRequest(
-                appId=APP, shuffleId=0, partitionId=0, offset=0, length=len(blocks[0].data), storageId=sid))
-            assert resp.data == blocks[0].data
+        entries = decode_index(ix.indexData)
+        assert [e.block_id for e in entries] == [b.block_id for b in first + second]
+        assert [e.offset for e in entries] == list(itertools.accumulate((len(b.data) for b in first + second),
+                                                                        initial=0))[:-1]
+        # whatever storageId a client sends (-1, or 0 from a 0.9 client), the offset names one place
+        base = sum(len(b.data) for b in first)
+        for sid in (-1, 0, 1):
+            for off, block in ((0, first[0]), (base, second[0])):
+                resp = await client.stub.getLocalShuffleData(pb.GetLocalShuffleDataRequest(
+                    appId=APP, shuffleId=0, partitionId=0, offset=off, length=len(block.data), storageId=sid))
+                assert resp.data == block.data
         resp = await client.stub.getLocalShuffleData(pb.GetLocalShuffleDataRequest(
             appId=APP, shuffleId=0, partitionId=0, offset=0, length=10, storageId=7))
         assert resp.status == pb.INVALID_REQUEST

@@ -155,3 +155,13 @@ def test_build_index_offsets_tile_the_data(payloads: list[bytes], start: int) ->
         assert entry.offset == position
         assert data[entry.offset - start : entry.offset - start + entry.length] == payload
         position += entry.length
+
+
+def test_shift_offsets_moves_only_the_offset_field_of_every_record() -> None:
+    from riffle_actors.protocol.index import decode_index, encode_index, shift_offsets
+
+    entries = [(i * 100, 100, 120, 2**40 + i, 7 << 33 | i, 3) for i in range(1000)]
+    raw = encode_index(entries)
+    shifted = decode_index(shift_offsets(raw + b"\x01\x02", 1 << 35))  # a torn tail is dropped
+    assert shifted == [(o + (1 << 35), *rest) for o, *rest in entries]
+    assert shift_offsets(raw, 0) == raw

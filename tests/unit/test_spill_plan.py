@@ -152,3 +152,15 @@ def test_queue_restart_runs_the_running_table_again_first() -> None:
     assert q.finished(jobs[2]) == [jobs[3]]
     assert q.finished(jobs[2]) == []  # finishing twice frees one slot only
     assert q.running_items() == [jobs[1], jobs[3]]
+
+
+def test_a_batch_never_goes_back_to_an_earlier_disk_of_its_partition_until_it_is_stuck() -> None:
+    """Issue 21: the partition's files form one virtual data file; its earlier files must not grow."""
+    p = plan(stuck_after_retries=4)
+    a = p.begin(KEY, "/d1", 100, now=0.0, earlier_disks=("/d0",))
+    assert p.write_failed(a, "/d1", "EIO", disk_fault=True) == 0.0
+    assert p.next_step(a, DISKS) == WriteTo("/d2")  # not /d0, whatever the hash says
+    assert p.write_failed(a, "/d2", "EIO", disk_fault=True) == 0.0
+    assert isinstance(p.next_step(a, DISKS), WaitFor) and not a.stuck  # only /d0 left: wait, retry
+    assert isinstance(p.next_step(a, ["/d0"]), WaitFor) and a.stuck
+    assert p.next_step(a, ["/d0"]) == WriteTo("/d0")  # stuck: the partition keeps working
