@@ -59,7 +59,7 @@ class PollExcludeFile:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Heartbeat:
+class RecordHeartbeat:
     """A validated server heartbeat; replies True when the server is new, raises ``HeartbeatRefused``."""
 
     heartbeat: ServerHeartbeat
@@ -116,7 +116,7 @@ class SetExcluded:
 
 
 ClusterMsg = (
-    ExpireServers | PollExcludeFile | Heartbeat | AssignShuffle | ListServers | CountCandidates | SetServerStatus | SetExcluded
+    ExpireServers | PollExcludeFile | RecordHeartbeat | AssignShuffle | ListServers | CountCandidates | SetServerStatus | SetExcluded
     | GetRegistryStats | SetServerTags
 )
 
@@ -146,7 +146,7 @@ class RecordAssignment:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ListApps:
+class ListKnownApps:
     """Replies ``list[AppView]``: live apps, or the history when ``historical``."""
 
     historical: bool = False
@@ -162,7 +162,7 @@ class ExpireApps:
     """From the timer: move apps silent for ``[app] heartbeat_timeout_sec`` to the history."""
 
 
-AppMsg = ExpireApps | RegisterApp | AppHeartbeat | RecordAssignment | ListApps | GetAppStats
+AppRegistryMsg = ExpireApps | RegisterApp | AppHeartbeat | RecordAssignment | ListKnownApps | GetAppStats
 
 
 # ----------------------------------------------------------------------------- actors
@@ -200,7 +200,7 @@ class ClusterActor(Actor):
 
     def _handle(self, msg: ClusterMsg) -> Any:
         match msg:
-            case Heartbeat(heartbeat=hb, peer_host=peer):
+            case RecordHeartbeat(heartbeat=hb, peer_host=peer):
                 return self.registry.heartbeat(hb, peer_host=peer)
             case AssignShuffle(request=request, require_tags=tags, faulty_ids=faulty):
                 result: tuple[Assignment, dict[str, ServerHeartbeat]] = self.registry.assign(
@@ -244,13 +244,13 @@ class AppRegistryActor(Actor):
     def __init__(self, registry: AppRegistry):
         self.registry = registry
 
-    def receive(self, msg: AppMsg) -> Any:
+    def receive(self, msg: AppRegistryMsg) -> Any:
         try:
             return self._handle(msg)
         finally:
             log_events(self.registry.take_events())
 
-    def _handle(self, msg: AppMsg) -> Any:
+    def _handle(self, msg: AppRegistryMsg) -> Any:
         match msg:
             case RegisterApp(app_id=app_id, user=user, version=version, git_commit_id=git):
                 self.registry.register(app_id, user=user, version=version, git_commit_id=git)
@@ -258,7 +258,7 @@ class AppRegistryActor(Actor):
                 self.registry.heartbeat(app_id)
             case RecordAssignment(app_id=app_id, partitions=partitions, server_ids=server_ids):
                 self.registry.record_assignment(app_id, partitions=partitions, server_ids=server_ids)
-            case ListApps(historical=historical):
+            case ListKnownApps(historical=historical):
                 views: list[AppView] = self.registry.history() if historical else self.registry.active()
                 return views
             case GetAppStats():

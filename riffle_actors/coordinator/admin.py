@@ -115,7 +115,7 @@ class CoordinatorAdmin:
     # ------------------------------------------------------------- health
     async def health(self) -> CoordinatorHealth:
         views = await self._servers()
-        live: list[AppView] = await self.apps_ref.ask(msgs.ListApps())
+        live: list[AppView] = await self.apps_ref.ask(msgs.ListKnownApps())
         registry = await self._registry_stats()
         c = self.metrics.counters
         return CoordinatorHealth(

@@ -84,7 +84,7 @@ class ServerStatus(enum.IntEnum):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class DiskInfo:
+class HeartbeatDisk:
     """One entry of the heartbeat's ``storageInfo`` map."""
 
     mount_point: str
@@ -114,7 +114,7 @@ class ServerHeartbeat:
     event_num_in_flush: int = 0
     status: ServerStatus = ServerStatus.ACTIVE
     is_healthy: bool | None = None
-    disks: tuple[DiskInfo, ...] = ()
+    disks: tuple[HeartbeatDisk, ...] = ()
     version: str = ""
     git_commit_id: str = ""
     start_time_ms: int = 0

@@ -121,7 +121,7 @@ class CoordinatorService:
             self._log_refusal("source_not_allowed", source, peer, beat.id)
             raise AccessDeniedError(source)
         try:
-            await self.cluster_ref.ask(msgs.Heartbeat(heartbeat=beat, peer_host=peer))
+            await self.cluster_ref.ask(msgs.RecordHeartbeat(heartbeat=beat, peer_host=peer))
         except HeartbeatRefused as e:
             self.counters.heartbeats_refused[e.kind] += 1  # the registry logs its refusals itself (once per change)
             raise AccessDeniedError(str(e)) from None
@@ -266,7 +266,7 @@ class CoordinatorService:
 
     async def list_apps(self, *, historical: bool = False) -> list[AppView]:
         """Live apps, or the expired ones (newest first) when ``historical``."""
-        views: list[AppView] = await self.apps_ref.ask(msgs.ListApps(historical=historical))
+        views: list[AppView] = await self.apps_ref.ask(msgs.ListKnownApps(historical=historical))
         return views
 
     # ---------------------------------------------------------------- Uniffle's REST queries

@@ -42,7 +42,7 @@ import grpc
 from google.protobuf.message_factory import GetMessageClass
 
 from riffle_actors.coordinator.assignment import Assignment, AssignmentRequest
-from riffle_actors.coordinator.cluster import INTEGRITY_KEYS, DiskInfo, ServerHeartbeat, ServerStatus
+from riffle_actors.coordinator.cluster import INTEGRITY_KEYS, HeartbeatDisk, ServerHeartbeat, ServerStatus
 from riffle_actors.coordinator.metrics import CoordinatorCounters
 from riffle_actors.coordinator.service import CoordinatorService
 from riffle_actors.coordinator.validation import MalformedHeartbeat, heartbeat_problems, parse_ip, peer_host
@@ -72,7 +72,7 @@ def decode_heartbeat(req: pb.ShuffleServerHeartBeatRequest) -> ServerHeartbeat:
         except ValueError:
             status = ServerStatus.UNHEALTHY  # a status we do not know: do not place data there
     disks = tuple(
-        DiskInfo(
+        HeartbeatDisk(
             mount_point=info.mountPoint or mount,
             media=_enum_name(pb.StorageInfo.StorageMedia, info.storageMedia, "STORAGE_TYPE_UNKNOWN"),
             capacity_bytes=info.capacity,

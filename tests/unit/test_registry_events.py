@@ -15,8 +15,8 @@ from riffle_actors.coordinator.actors import (
     AppRegistryActor,
     ClusterActor,
     ExpireServers,
-    Heartbeat,
     ListServers,
+    RecordHeartbeat,
 )
 from riffle_actors.coordinator.apps import AppRegistry
 from riffle_actors.coordinator.cluster import ClusterRegistry, HeartbeatRefused, ServerStatus
@@ -73,9 +73,9 @@ async def test_the_owning_actors_log_the_events_even_when_the_message_is_refused
     try:
         cluster = await system.spawn(ClusterActor(reg))
         await system.spawn(AppRegistryActor(AppRegistry(clock=clock, heartbeat_timeout_s=60)))
-        await cluster.ask(Heartbeat(heartbeat=hb(1), peer_host="10.0.0.1"))
+        await cluster.ask(RecordHeartbeat(heartbeat=hb(1), peer_host="10.0.0.1"))
         with pytest.raises(HeartbeatRefused):
-            await cluster.ask(Heartbeat(heartbeat=hb(2), peer_host="10.0.0.2"))
+            await cluster.ask(RecordHeartbeat(heartbeat=hb(2), peer_host="10.0.0.2"))
         clock.advance(31)
         await cluster.tell(ExpireServers())
         assert await cluster.ask(ListServers()) == []
