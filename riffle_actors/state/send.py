@@ -114,22 +114,18 @@ class SendTicket:
 
 def flush_all(tickets: Iterable[SendTicket], app_id: str) -> Commit | None:
     """``flush`` of every open send of one app, as one ``Commit`` (a partition about to spill or purge)."""
-    ticket_bytes = used_bytes = 0
-    for ticket in tickets:
-        commit = ticket.flush()
-        if commit is not None:
-            ticket_bytes += commit.ticket_bytes
-            used_bytes += commit.used_bytes
-    if ticket_bytes or used_bytes:
-        return Commit(app_id, ticket_bytes, used_bytes)
-    return None
+    return _one_commit(app_id, [ticket.flush() for ticket in tickets])
 
 
 def release_all(tickets: Iterable[SendTicket], app_id: str) -> Commit | None:
     """``release_rest`` of every open send of one app, as one ``Commit`` (the app's actor stopped)."""
+    return _one_commit(app_id, [ticket.release_rest() for ticket in list(tickets)])
+
+
+def _one_commit(app_id: str, commits: Iterable[Commit | None]) -> Commit | None:
+    """The sum of ``commits`` as one ``Commit`` of ``app_id``; None when it moves nothing."""
     ticket_bytes = used_bytes = 0
-    for ticket in list(tickets):
-        commit = ticket.release_rest()
+    for commit in commits:
         if commit is not None:
             ticket_bytes += commit.ticket_bytes
             used_bytes += commit.used_bytes

@@ -18,7 +18,7 @@ from riffle_actors.errors import StatusCode
 from riffle_actors.protocol.index import INDEX_RECORD, decode_index
 from riffle_actors.protocol.proto import uniffle_pb2 as pb
 from riffle_actors.server import ShuffleServer
-from tests.helpers import parse_metrics, poll_until
+from tests.helpers import flip_byte, parse_metrics, poll_until
 from tests.helpers.client import UniffleClient, UniffleError, assert_read_matches, make_blocks
 from tests.helpers.urpc_client import UrpcClient
 
@@ -40,16 +40,6 @@ async def spilled(server: ShuffleServer, client: UniffleClient, pid: int, nblock
     ix = await poll_until(index, timeout=30, message=f"partition {pid} spilled")
     path = Path(server.disk_names[0]) / APP / "0" / f"partition-{pid}.data"  # one disk
     return decode_index(ix.indexData), path
-
-
-def flip_byte(path: Path, offset: int) -> None:
-    fd = os.open(path, os.O_RDWR)
-    try:
-        (b,) = os.pread(fd, 1, offset)
-        os.pwrite(fd, bytes([b ^ 0x10]), offset)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 async def write(client: UniffleClient, partitions, count=6, size=300_000):

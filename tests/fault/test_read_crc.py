@@ -15,7 +15,6 @@ same read is served, flipped byte included (over urpc by sendfile): the key is w
 
 from __future__ import annotations
 
-import os
 import zlib
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from riffle_actors.protocol import urpc
 from riffle_actors.protocol.index import IndexEntry, decode_index
 from riffle_actors.protocol.proto import uniffle_pb2 as pb
 from riffle_actors.server import ShuffleServer
-from tests.helpers import parse_metrics, poll_until
+from tests.helpers import flip_byte, parse_metrics, poll_until
 from tests.helpers.client import UniffleClient, assert_read_matches, make_blocks
 from tests.helpers.urpc_client import UrpcClient
 
@@ -39,16 +38,6 @@ TRANSPORTS = ["grpc", "urpc-v1", "urpc-v2", "urpc-v3"]
 
 def metric(server: ShuffleServer, name: str) -> float:
     return sum(v for _l, v in parse_metrics(server.metrics.render().decode()).get(name, []))
-
-
-def flip_byte(path: Path, offset: int) -> None:
-    fd = os.open(path, os.O_RDWR)
-    try:
-        (b,) = os.pread(fd, 1, offset)
-        os.pwrite(fd, bytes([b ^ 0x10]), offset)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 async def start(server_factory, **localfile) -> ShuffleServer:

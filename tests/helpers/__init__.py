@@ -133,3 +133,14 @@ async def gather_all(*aws: Awaitable[Any]) -> list[Any]:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         raise
+
+
+def flip_byte(path: Any, offset: int, mask: int = 0x10) -> None:
+    """XOR the byte at ``offset`` of the file at ``path`` with ``mask`` and fsync it (bit rot on disk)."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        (b,) = os.pread(fd, 1, offset)
+        os.pwrite(fd, bytes([b ^ mask]), offset)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
