@@ -442,10 +442,11 @@ class ShuffleService:
         corrupt = self.integrity.corrupt_in(app_id, shuffle_id, partition_id, disk, offset, length)
         if corrupt is not None:
             self._refuse_corrupt(app_id, partition_id, disk, corrupt)
+        mark = self.integrity.mark()
         data = await self._ask_disk(disk, ReadData(app_id=app_id, shuffle_id=shuffle_id, partition_id=partition_id,
                                                    offset=offset, length=length, as_file=as_file, read_ahead=hint))
         if isinstance(data, CorruptRange):  # the read CRC check found them: recorded as the scrubber's finds are
-            new = self.integrity.on_read_checked(app_id, shuffle_id, partition_id, disk, data.blocks)
+            new = self.integrity.on_read_checked(app_id, shuffle_id, partition_id, disk, data.blocks, mark)
             if new:
                 self.metrics.read_crc_corrupt_blocks.labels(disk).inc(new)
             self._refuse_corrupt(app_id, partition_id, disk, data.blocks[0])

@@ -14,7 +14,8 @@ slept here, on the event loop, before the chunk is handed to a reader thread: th
 holds an IO thread while it waits, and a chunk (4 MB by default) keeps a reader thread for one pread
 plus its CRC (ISA-L, ~0.4 ms). A pass ends with a pause of ``scrub_interval_sec``.
 
-Partitions of a purged app or shuffle are skipped (``is_fenced``); a file that vanishes mid-pass
+Partitions of a purged app or shuffle are skipped (``is_fenced``), and what a chunk read that raced
+a purge found is dropped (``IntegrityLedger.mark``); a file that vanishes mid-pass
 (purged) or an index that points past its data file end (recovery cuts those) is skipped quietly;
 any other ``OSError`` is logged and the pass goes on with the next partition.
 """
@@ -119,12 +120,13 @@ async def _scrub_partition(loop, disk, root, local_io, reader, ledger, settings,
             await asyncio.sleep(wait)
         if is_fenced(app_id, shuffle_id):
             return
+        mark = ledger.mark()
         bad = await loop.run_in_executor(reader(), _read_and_check, local_io, root, app_id, shuffle_id, pid,
                                          start, end, run)
         new = 0
         if bad:
             new = ledger.on_scrubbed(app_id, shuffle_id, pid, disk, [
-                CorruptBlock(e.offset, e.length, e.block_id, e.crc, actual) for e, actual in bad])
+                CorruptBlock(e.offset, e.length, e.block_id, e.crc, actual) for e, actual in bad], since=mark)
             if new:
                 logger.bind(disk=disk, app_id=app_id).error(
                     "disk {}: {} corrupt block(s) in {}/{}/partition-{}.data (first: block {} at offset {}, "

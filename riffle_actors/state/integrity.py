@@ -20,6 +20,10 @@ Vocabulary (docs/faults.md "Integrity"):
 Bounds: at most ``max_apps`` apps are tracked (the least recently touched is forgotten first),
 ``max_pending`` refused block ids per app wait for their resend, and ``max_corrupt`` corrupt
 blocks per partition and disk are kept (more mark the whole partition file corrupt).
+
+A find that raced a purge is dropped: a scrub or read takes ``mark()`` before it reads and passes it
+as ``since``; if the app's files were forgotten after that mark, what the read found belonged to the
+deleted files (the next scrub pass finds anything still there).
 """
 
 from __future__ import annotations
@@ -69,6 +73,8 @@ class IntegrityLedger:
         self._corrupt: dict[PartitionKey, dict[str, list[CorruptBlock]]] = {}
         self._whole: set[tuple[PartitionKey, str]] = set()  # over max_corrupt: every read refused
         self.total = AppIntegrity()  # the server's totals (apps forgotten or purged included)
+        self._purges = 0  # forget_files calls so far (the marks of reads in flight)
+        self._purged_at: OrderedDict[str, int] = OrderedDict()  # app id -> mark of its last forget_files
 
     def _app(self, app_id: str) -> AppIntegrity:
         a = self._apps.get(app_id)
@@ -116,9 +122,17 @@ class IntegrityLedger:
         return n
 
     # ------------------------------------------------------------- at rest
+    def mark(self) -> int:
+        """Taken before a scrub or checked read starts reading; passed back as ``since``."""
+        return self._purges
+
     def on_scrubbed(self, app_id: str, shuffle_id: int, partition_id: int, disk: str,
-                    found: Iterable[CorruptBlock]) -> int:
-        """Corrupt blocks a scrub of one data file found; returns how many were new."""
+                    found: Iterable[CorruptBlock], since: int | None = None) -> int:
+        """Corrupt blocks a scrub of one data file found; returns how many were new. With ``since``
+        (a ``mark()`` taken before the read), nothing is recorded when the app's files were purged
+        after it."""
+        if since is not None and self._purged_at.get(app_id, -1) >= since:
+            return 0
         key = (app_id, shuffle_id, partition_id)
         per_disk = self._corrupt.setdefault(key, {})
         known = per_disk.setdefault(disk, [])
@@ -140,10 +154,10 @@ class IntegrityLedger:
         return len(new)
 
     def on_read_checked(self, app_id: str, shuffle_id: int, partition_id: int, disk: str,
-                        found: Iterable[CorruptBlock]) -> int:
+                        found: Iterable[CorruptBlock], since: int | None = None) -> int:
         """Corrupt blocks the read CRC check found in a range being served (recorded as a scrub's
         finds are, so every later read of them is refused by ``corrupt_in``); how many were new."""
-        return self.on_scrubbed(app_id, shuffle_id, partition_id, disk, found)
+        return self.on_scrubbed(app_id, shuffle_id, partition_id, disk, found, since)
 
     def corrupt_in(self, app_id: str, shuffle_id: int, partition_id: int, disk: str, offset: int,
                    length: int) -> CorruptBlock | None:
@@ -180,7 +194,13 @@ class IntegrityLedger:
 
     def forget_files(self, app_id: str, shuffle_id: int | None, disk: str) -> None:
         """A purge deleted the app's (shuffle's) files on ``disk``: their findings go with them (an id
-        registered again must not have its new files refused). The app's counts stay."""
+        registered again must not have its new files refused). The app's counts stay, and finds of
+        reads that started before this are dropped (``since``)."""
+        self._purged_at[app_id] = self._purges
+        self._purged_at.move_to_end(app_id)
+        self._purges += 1
+        while len(self._purged_at) > self.max_apps:
+            self._purged_at.popitem(last=False)
         for key in [k for k in self._corrupt if k[0] == app_id and (shuffle_id is None or k[1] == shuffle_id)]:
             per_disk = self._corrupt[key]
             per_disk.pop(disk, None)

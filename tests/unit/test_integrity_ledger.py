@@ -110,6 +110,21 @@ def test_ledger_corrupt_ranges_per_disk_and_forgotten_by_a_purge() -> None:
     assert not led.corrupt_partitions()
 
 
+def test_a_find_of_a_read_that_raced_a_purge_is_dropped() -> None:
+    """A scrub chunk (or checked read) in flight when its app is purged must not re-record the
+    deleted file's corrupt block after ``forget_files`` (CI saw "findings forgotten" time out)."""
+    led = IntegrityLedger()
+    c = CorruptBlock(1000, 100, 77, 1, 2)
+    before = led.mark()  # the read starts
+    led.forget_files("a", 0, "d1")  # the purge lands while it reads
+    assert led.on_scrubbed("a", 0, 3, "d1", [c], since=before) == 0
+    assert led.on_read_checked("a", 0, 3, "d1", [c], since=before) == 0
+    assert not led.corrupt_partitions() and led.app("a") is None
+    assert led.on_scrubbed("b", 0, 3, "d1", [c], since=before) == 1  # another app's find stands
+    after = led.mark()  # a read that starts after the purge (the id registered again)
+    assert led.on_scrubbed("a", 0, 3, "d1", [c], since=after) == 1
+
+
 def test_ledger_keeps_at_most_max_apps() -> None:
     led = IntegrityLedger(max_apps=2)
     for app in ("a", "b", "c"):
