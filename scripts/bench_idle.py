@@ -6,7 +6,8 @@ heartbeats, the default disk probe period), waits until the server is registered
 more, then samples the CPU time (user + system) of each daemon's whole process tree (the server's disk-probe
 workers included) over ``--seconds`` and prints CPU-seconds per second, wake-ups per second of the server's
 main thread (voluntary context switches) and, with ``--riffle-bin PATH``, the same for a Riffle server started
-on the same kind of config in the same invocation and the ratio ours / Riffle's. ``--rounds`` repeats the
+on the same kind of config in the same invocation, heartbeating to the same coordinator
+(``scripts/rust_riffle.py``), and the ratio ours / Riffle's. ``--rounds`` repeats the
 measurement, interleaved, and prints the median.
 
     python scripts/bench_idle.py [--seconds 30] [--heartbeat 1] [--rounds 3] [--riffle-bin ./riffle-server]
@@ -27,6 +28,9 @@ from pathlib import Path
 import psutil
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from scripts.rust_riffle import start_riffle
+
 ENV = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
 ENV.pop("RIFFLE_ADMIN_TOKEN", None)
 
@@ -73,11 +77,12 @@ def _measure(pid: int, seconds: float) -> tuple[float, float]:
     return (_tree_cpu(pid) - cpu0) / elapsed, (_wakeups(pid) - wake0) / elapsed
 
 
-def _server_config(data: Path, coordinator_port: int, heartbeat: int, ours: bool) -> str:
-    extra = 'grpc_bind_address = "127.0.0.1"\nhttp_bind_address = "127.0.0.1"\n' if ours else ""
+def _server_config(data: Path, coordinator_port: int, heartbeat: int) -> str:
     return f"""grpc_port = 0
 http_port = 0
-{extra}coordinator_quorum = ["127.0.0.1:{coordinator_port}"]
+grpc_bind_address = "127.0.0.1"
+http_bind_address = "127.0.0.1"
+coordinator_quorum = ["127.0.0.1:{coordinator_port}"]
 heartbeat_interval_seconds = {heartbeat}
 store_type = "MEMORY_LOCALFILE"
 [memory_store]
@@ -107,7 +112,7 @@ def main() -> None:
                                      env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             procs.append(coord)
             cport = _wait_file(root / "coord.json", coord)["grpc_port"]
-            (root / "server.toml").write_text(_server_config(root / "data", cport, args.heartbeat, ours=True))
+            (root / "server.toml").write_text(_server_config(root / "data", cport, args.heartbeat))
             server = subprocess.Popen([sys.executable, "-m", "riffle_actors.server", "--config",
                                        str(root / "server.toml"), "--port-file", str(root / "server.json")],
                                       env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -115,11 +120,9 @@ def main() -> None:
             _wait_file(root / "server.json", server)
             riffle = None
             if args.riffle_bin:
-                (root / "riffle.toml").write_text(_server_config(root / "riffle-data", cport, args.heartbeat,
-                                                                 ours=False))
-                riffle = subprocess.Popen([args.riffle_bin], env={**ENV, "WORKER_CONFIG_PATH": str(root / "riffle.toml"),
-                                                                  "RUST_LOG": "warn"},
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                riffle = start_riffle(args.riffle_bin, root / "riffle", quorum=f"127.0.0.1:{cport}", capacity="1G",
+                                      data_dir=root / "riffle-data", urpc=False, heartbeat_s=args.heartbeat,
+                                      direct_io=False).proc
                 procs.append(riffle)
             time.sleep(args.warmup)  # let start-up work (first probes, registration) pass
             rows: dict[str, list[tuple[float, float]]] = {"riffle_actors server": [], "coordinator": []}

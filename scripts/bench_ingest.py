@@ -13,6 +13,12 @@ read (psutil: user + system time of the server process over each phase).
 
     python scripts/bench_ingest.py [--transport grpc urpc] [--clients 2] [--total-mib 1024]
                                    [--capacity 512M] [--senders 8] [--request-kib 1024]
+                                   [--riffle-bin PATH/riffle-server] [--rounds 3]
+
+With ``--riffle-bin`` each round also runs the same clients against a Riffle (Rust) server built
+elsewhere (same memory capacity, one data directory, O_DIRECT appends, a riffle-coordinator of ours;
+``scripts/rust_riffle.py``) and prints, per transport, ours / Riffle for write and read MB/s and CPU
+s/GB, server CPU ms per send, send p99 and peak RSS (medians over ``--rounds``).
 
 The server's own settings can be tried through its environment, e.g. glibc's malloc tunables:
 ``--server-env MALLOC_MMAP_THRESHOLD_=1048576``; server config variants through ``--variant``, e.g.
@@ -388,6 +394,7 @@ def run_clients(label: str, server_pid: int, port: int, urpc_port: int, args: di
                         "read_lat": [x for r in reads for x in r[2]["read_lat"]],
                         "read_cpu_s": sum(c2) - sum(c1), "read_sys_s": c2[1] - c1[1],
                         "bad": sum(r[2]["bad"] for r in reads)})
+        out["peak_rss"] = peak_rss(server_pid)
         for p in procs:
             p.join(120)
         return out
@@ -399,6 +406,45 @@ def run_clients(label: str, server_pid: int, port: int, urpc_port: int, args: di
 
 
 HTTP_PORTS: dict[int, int] = {}  # server pid -> its HTTP port (from the port file)
+
+
+def peak_rss(pid: int) -> int:
+    """The process's peak resident set (VmHWM) in bytes, 0 when unknown; a multi-worker host's parent only."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def start_riffle(work: Path, name: str, binary: str, capacity: str, transport: str) -> tuple:
+    """``--riffle-bin``: a riffle-coordinator of ours and a Riffle server heartbeating to it (Riffle does not
+    start without one), with the same memory capacity and one data directory; (Riffle, coordinator)."""
+    from scripts.rust_riffle import start_riffle as launch
+
+    coord_cfg, coord_ports = work / f"{name}-coordinator.toml", work / f"{name}-coordinator.json"
+    coord_cfg.write_text('grpc_port = 0\nhttp_port = 0\ngrpc_bind_address = "127.0.0.1"\n'
+                         'http_bind_address = "127.0.0.1"\n')
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    coord = subprocess.Popen([sys.executable, "-m", "riffle_actors.coordinator", "--config", str(coord_cfg),
+                              "--port-file", str(coord_ports)], cwd=REPO, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while not coord_ports.exists():
+        if coord.poll() is not None or time.monotonic() > deadline:
+            coord.kill()
+            raise SystemExit("the coordinator for Riffle did not start")
+        time.sleep(0.05)
+    quorum = f"127.0.0.1:{json.loads(coord_ports.read_text())['grpc_port']}"
+    try:
+        riffle = launch(binary, work / name, quorum=quorum, capacity=capacity, data_dir=work / f"data-{name}",
+                        urpc=transport == "urpc")
+    except BaseException:
+        stop(coord)
+        raise
+    return riffle, coord
 
 
 def wait_spilled(server_pid: int, timeout_s: float = 600) -> None:
@@ -537,6 +583,32 @@ def scaling(opts: argparse.Namespace) -> int:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def print_riffle_ratios(rows: list[dict], transports: list[str]) -> None:
+    """``--riffle-bin``: per transport, medians over the rounds of ours (the first variant) and Riffle's
+    figures, and the ratios ours / Riffle."""
+    def med(values: list[float]) -> float:
+        return sorted(values)[len(values) // 2]
+
+    figures = {
+        "write MB/s": lambda r: r["write_bytes"] / MIB / r["write_s"],
+        "write CPU s/GB": lambda r: r["write_cpu_s"] / (r["write_bytes"] / GB),
+        "server CPU ms/send": lambda r: r["write_cpu_s"] * 1e3 / max(1, len(r["send_lat"])),
+        "send p99 ms": lambda r: percentile(r["send_lat"], .99) * 1e3,
+        "read MB/s": lambda r: r["read_bytes"] / MIB / r["read_s"],
+        "read CPU s/GB": lambda r: r["read_cpu_s"] / (r["read_bytes"] / GB),
+        "peak RSS MiB": lambda r: r["peak_rss"] / MIB,
+    }
+    print(f"ours / Riffle, medians over the rounds: {'figure':20} {'ours':>9} {'Riffle':>9} {'ratio':>6}")
+    for transport in transports:
+        ours = [r for r in rows if r.get("transport") == transport and r.get("variant") == 0]
+        theirs = [r for r in rows if r.get("transport") == transport and r.get("variant") == "riffle"]
+        if not ours or not theirs:
+            continue
+        for figure, f in figures.items():
+            a, b = med([f(r) for r in ours]), med([f(r) for r in theirs])
+            print(f"  {transport:5} {figure:20} {a:9.2f} {b:9.2f} {a / b if b else float('nan'):6.2f}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     ap.add_argument("--transport", nargs="+", choices=("grpc", "urpc"), default=["grpc", "urpc"])
@@ -560,6 +632,9 @@ def main() -> int:
     ap.add_argument("--base-repo", type=Path, default=None,
                     help="another checkout (e.g. the main branch): each variant also runs with its riffle-server, "
                          "interleaved, labelled [base], and the ratios this/base are printed")
+    ap.add_argument("--riffle-bin", default=None,
+                    help="a Riffle (Rust) riffle-server binary (not part of this project): each round also runs "
+                         "the workload against it, interleaved, and the ratios ours/Riffle are printed")
     ap.add_argument("--workers", type=int, nargs="+", default=None, metavar="N",
                     help="the N-worker scaling curve instead of the variants: one host per N "
                          "(runtime_config.worker_number = N, memory --capacity in all), clients spread over its "
@@ -611,6 +686,20 @@ def main() -> int:
                     stop(server)
                 shutil.rmtree(work / f"data-{name}", ignore_errors=True)
                 print(f"  done: {label} (load {os.getloadavg()[0]:.2f})", flush=True)
+            if opts.riffle_bin:
+                name = f"rust-riffle-{transport}-{rnd}"
+                riffle, coord = start_riffle(work, name, opts.riffle_bin, opts.capacity, transport)
+                try:
+                    r = run_clients(f"Riffle {transport}", riffle.proc.pid, riffle.grpc_port, riffle.urpc_port,
+                                    {**base_args, "read_back": True})
+                    r.update(transport=transport, round=rnd, variant="riffle")
+                    rows.append(r)
+                    ok = ok and r["bad"] == 0
+                finally:
+                    riffle.stop()
+                    stop(coord)
+                shutil.rmtree(work / f"data-{name}", ignore_errors=True)
+                print(f"  done: Riffle {transport} (load {os.getloadavg()[0]:.2f})", flush=True)
         print(f"{'server':30} {'write MB/s':>10} {'p50 ms':>7} {'p99 ms':>7} {'CPU s/GB':>8} {'sys':>5} "
               f"{'ms/send':>7} | "
               f"{'read MB/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'CPU s/GB':>8} {'sys':>5}")
@@ -640,6 +729,8 @@ def main() -> int:
                 ratio = (r["write_cpu_s"] / r["write_bytes"]) / (base["write_cpu_s"] / base["write_bytes"])
                 speed = (r["write_bytes"] / r["write_s"]) / (base["write_bytes"] / base["write_s"])
                 print(f"{r['name']} vs [base] (last round): write CPU/GB x{ratio:.2f}, write MB/s x{speed:.2f}")
+        if opts.riffle_bin:
+            print_riffle_ratios(rows, opts.transport)
         if opts.read_local:
             first = {(r["transport"], r["round"]): r for r in rows if r.get("variant") == 0}
             for r in rows:
