@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The shuffle-heavy Spark job with GRPC and with GRPC_NETTY against one cluster, interleaved.
+"""Spark jobs with GRPC and with GRPC_NETTY against one cluster (and a Riffle cluster), interleaved.
 
 Starts the e2e cluster (one riffle-coordinator, two riffle-server daemons with gRPC and urpc ports,
 the same configs as ``tests/e2e/conftest.py``), then runs the 2000-reduce-partition job of
@@ -15,6 +15,15 @@ every round), and prints per run:
 - the servers' RPC counts and server-side seconds per RPC type (``riffle_server_rpc_*`` metrics).
 
     python scripts/bench_spark_transports.py [--rounds 2] [--partitions 2000] [--keep]
+        [--jobs rdd_basic groupby_agg join sort multistage_aqe_on] [--clients GRPC]
+        [--riffle-bin PATH/riffle-server]
+
+``--jobs`` runs other jobs of ``tests/e2e/spark_job.py`` (in one Spark application per run; the job
+time is their sum). ``--riffle-bin`` also starts a second cluster, one riffle-coordinator of ours and
+two Riffle (Rust) servers from that binary (``scripts/rust_riffle.py``; the same memory capacity,
+one data directory each), runs every (client type, round) against both clusters (the cluster order
+flips every round) and prints the medians of each and the ratios ours / Riffle of server CPU and of
+job time. Each run's results are checked against Spark's own shuffle (the jobs' checks).
 
 Needs what the Spark e2e tier needs (java, pyspark 3.5, the Uniffle client jar: scripts/e2e_setup.sh).
 Numbers vary run to run on a shared 2-core box: compare runs of one invocation (interleaved), and
@@ -47,9 +56,12 @@ _SAMPLE = re.compile(r'^(riffle_server_rpc_total|riffle_server_rpc_duration_seco
 
 
 def scrape(http: str) -> dict[tuple[str, str], float]:
-    """(metric, rpc) -> value, summed over statuses."""
-    with urllib.request.urlopen(http + "/metrics", timeout=10) as r:
-        text = r.read().decode()
+    """(metric, rpc) -> value, summed over statuses (none for a server without these metrics: Riffle)."""
+    try:
+        with urllib.request.urlopen(http + "/metrics", timeout=10) as r:
+            text = r.read().decode()
+    except OSError:
+        return {}
     out: dict[tuple[str, str], float] = defaultdict(float)
     for line in text.splitlines():
         m = _SAMPLE.match(line)
@@ -100,10 +112,34 @@ def spark_conf(run_dir: Path, jar: Path, cluster, client_type: str) -> dict[str,
     return conf
 
 
-def run_once(root: Path, n: int, jar: Path, cluster, client_type: str, partitions: int) -> dict:
-    run_dir = root / f"run{n}-{client_type}"
+def start_riffle_cluster(root: Path, binary: str):
+    """One riffle-coordinator of ours (the e2e configuration) and ``NUM_SERVERS`` Riffle servers
+    heartbeating to it, as an ``e2e.Cluster`` (its servers are ``RiffleProcess``es)."""
+    from scripts.rust_riffle import start_riffle
+
+    coord = e2e._daemon(root, "coordinator", "riffle_actors.coordinator")
+    coord.config.write_text(e2e._coordinator_toml(coord))
+    cluster = e2e.Cluster(root=root, coordinator=coord, memory_capacity=e2e.parse_size(e2e.SERVER_MEMORY),
+                          registered_servers=e2e.NUM_SERVERS)
+    try:
+        coord.start()
+        for i in range(e2e.NUM_SERVERS):
+            cluster.servers.append(start_riffle(
+                binary, root / f"riffle{i + 1}", quorum=cluster.quorum, capacity=e2e.SERVER_MEMORY,
+                data_dir=root / f"riffle{i + 1}" / "d1", urpc=True, heartbeat_s=1))
+        cluster.wait_servers_active()
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+def run_once(root: Path, n: int, jar: Path, cluster, client_type: str, partitions: int,
+             jobs: list[str] | None = None, label: str = "riffle_actors") -> dict:
+    jobs = jobs or ["many_partitions"]
+    run_dir = root / f"run{n}-{label}-{client_type}"
     run_dir.mkdir()
-    spec = {"group": "core", "jobs": ["many_partitions"], "conf": spark_conf(run_dir, jar, cluster, client_type),
+    spec = {"group": "core", "jobs": jobs, "conf": spark_conf(run_dir, jar, cluster, client_type),
             "out": str(run_dir / "result.json"), "job_timeout": 600, "server_http": cluster.server_http,
             "coordinator_http": cluster.coordinator.http, "params": {"many_partitions": partitions}}
     (run_dir / "spec.json").write_text(json.dumps(spec))
@@ -128,28 +164,31 @@ def run_once(root: Path, n: int, jar: Path, cluster, client_type: str, partition
     cpu1, coord1 = cpu_of(servers), cpu_of([cluster.coordinator.proc.pid])
     after = [scrape(h) for h in cluster.server_http]
     result = json.loads((run_dir / "result.json").read_text())
-    job = result["jobs"]["many_partitions"]
-    failed = {k: v for k, v in job.get("checks", {}).items() if not v[0]}
-    if rc != 0 or "error" in job or failed:
-        raise SystemExit(f"{client_type} run failed (exit {rc}, failed checks {failed}): {job.get('error', '')[:2000]}\n"
+    done = [result["jobs"].get(name, {"error": "did not run"}) for name in jobs]
+    failed = {f"{name}.{k}": v for name, job in zip(jobs, done) for k, v in job.get("checks", {}).items() if not v[0]}
+    errors = "; ".join(f"{name}: {job['error'][:1000]}" for name, job in zip(jobs, done) if "error" in job)
+    if rc != 0 or errors or failed:
+        raise SystemExit(f"{label} {client_type} run failed (exit {rc}, failed checks {failed}): {errors}\n"
                          f"see {run_dir / 'driver.log'}")
     rpcs: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
     for b, a in zip(before, after):
         for (metric, rpc), value in a.items():
             rpcs[rpc][0 if metric == "riffle_server_rpc_total" else 1] += value - b.get((metric, rpc), 0.0)
-    return {"client": client_type, "wall_s": wall, "load": load, "startup_s": result.get("startup_s"),
-            "job_s": job["seconds"], "stop_s": result.get("stop_s"), "server_cpu_s": cpu1 - cpu0,
+    return {"client": client_type, "cluster": label, "wall_s": wall, "load": load,
+            "startup_s": result.get("startup_s"), "job_s": sum(job["seconds"] for job in done),
+            "stop_s": result.get("stop_s"), "server_cpu_s": cpu1 - cpu0,
             "coordinator_cpu_s": coord1 - coord0,
             "spark_cpu_s": spark_cpu,
-            "stages": job.get("spark_shuffle", {}).get("stage_detail", []),
-            "rpcs": {k: v for k, v in rpcs.items() if v[0] > 0}, "checks": job.get("checks", {})}
+            "stages": [st for job in done for st in job.get("spark_shuffle", {}).get("stage_detail", [])],
+            "rpcs": {k: v for k, v in rpcs.items() if v[0] > 0},
+            "checks": {f"{name}.{k}": v for name, job in zip(jobs, done) for k, v in job.get("checks", {}).items()}}
 
 
 def report(runs: list[dict]) -> None:
-    print(f"\n{'run':4} {'client':11} {'load':>5} {'app s':>6} {'start s':>7} {'job s':>6} {'stop s':>6} "
+    print(f"\n{'run':4} {'cluster':13} {'client':11} {'load':>5} {'app s':>6} {'start s':>7} {'job s':>6} {'stop s':>6} "
           f"{'server CPU s':>12} {'coord CPU s':>11} {'Spark CPU s':>11} {'RPCs':>6}")
     for i, r in enumerate(runs):
-        print(f"{i:4} {r['client']:11} {r['load']:5.2f} {r['wall_s']:6.1f} {r['startup_s'] or 0:7.1f} {r['job_s']:6.1f} "
+        print(f"{i:4} {r['cluster']:13} {r['client']:11} {r['load']:5.2f} {r['wall_s']:6.1f} {r['startup_s'] or 0:7.1f} {r['job_s']:6.1f} "
               f"{r['stop_s'] or 0:6.1f} {r['server_cpu_s']:12.2f} {r['coordinator_cpu_s']:11.2f} "
               f"{r['spark_cpu_s']:11.1f} {sum(v[0] for v in r['rpcs'].values()):6.0f}")
     print("(Spark CPU: the driver JVM, which runs the tasks with local[2], and its Python process)")
@@ -163,15 +202,21 @@ def report(runs: list[dict]) -> None:
     for i, r in enumerate(runs):
         top = sorted(r["rpcs"].items(), key=lambda kv: -kv[1][1])
         print(f"{i:4} {r['client']:11} " + ", ".join(f"{k} {v[0]:.0f}/{v[1]:.2f}s" for k, v in top))
-    by: dict[str, list[dict]] = defaultdict(list)
+    by: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for r in runs:
-        by[r["client"]].append(r)
+        by[(r["cluster"], r["client"])].append(r)
     print("\nmedians:")
-    for client, rs in by.items():
-        def med(key, rs=rs):
-            return statistics.median(x[key] for x in rs)
-        print(f"  {client:11} job {med('job_s'):.1f} s, app {med('wall_s'):.1f} s, server CPU {med('server_cpu_s'):.2f} s, "
-              f"Spark CPU {med('spark_cpu_s'):.1f} s over {len(rs)} runs")
+    meds: dict[tuple[str, str], dict[str, float]] = {}
+    for (cluster, client), rs in by.items():
+        meds[(cluster, client)] = m = {key: statistics.median(x[key] for x in rs)
+                                       for key in ("job_s", "wall_s", "server_cpu_s", "spark_cpu_s")}
+        print(f"  {cluster:13} {client:11} job {m['job_s']:.1f} s, app {m['wall_s']:.1f} s, "
+              f"server CPU {m['server_cpu_s']:.2f} s, Spark CPU {m['spark_cpu_s']:.1f} s over {len(rs)} runs")
+    for (cluster, client), m in meds.items():
+        theirs = meds.get(("Riffle", client))
+        if cluster == "riffle_actors" and theirs:
+            print(f"  ours / Riffle, {client}: server CPU x{m['server_cpu_s'] / theirs['server_cpu_s']:.2f}, "
+                  f"job time x{m['job_s'] / theirs['job_s']:.2f}, app time x{m['wall_s'] / theirs['wall_s']:.2f}")
 
 
 def main() -> int:
@@ -179,28 +224,38 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2, help="each round runs both client types (order alternates)")
     ap.add_argument("--partitions", type=int, default=2000, help="reduce partitions of the job")
     ap.add_argument("--keep", action="store_true", help="keep the run directory (logs, results)")
+    ap.add_argument("--jobs", nargs="+", default=["many_partitions"], help="jobs of tests/e2e/spark_job.py per run")
+    ap.add_argument("--clients", nargs="+", default=["GRPC", "GRPC_NETTY"], choices=("GRPC", "GRPC_NETTY"))
+    ap.add_argument("--riffle-bin", default=None,
+                    help="a Riffle (Rust) riffle-server binary (not part of this project): a second cluster of it")
     opts = ap.parse_args()
     problem = e2e.prerequisite_problem()
     if problem:
         raise SystemExit(f"cannot run Spark here: {problem} (run scripts/e2e_setup.sh)")
     _, jar = e2e.client_jar()
     root = Path(tempfile.mkdtemp(prefix="riffle-bench-spark-"))
-    cluster = e2e.start_cluster(root / "cluster")
+    clusters = {"riffle_actors": e2e.start_cluster(root / "cluster")}
     runs = []
     try:
-        print(f"cluster: coordinator {cluster.quorum}, servers {cluster.server_http}; job many_partitions "
-              f"({opts.partitions} reduce partitions)", flush=True)
+        if opts.riffle_bin:
+            clusters["Riffle"] = start_riffle_cluster(root / "riffle-cluster", opts.riffle_bin)
+        for name, cluster in clusters.items():
+            print(f"{name} cluster: coordinator {cluster.quorum}, servers {cluster.server_http}", flush=True)
+        print(f"jobs {' '.join(opts.jobs)} ({opts.partitions} reduce partitions for many_partitions)", flush=True)
         for rnd in range(opts.rounds):
-            order = ["GRPC", "GRPC_NETTY"] if rnd % 2 == 0 else ["GRPC_NETTY", "GRPC"]
+            order = opts.clients if rnd % 2 == 0 else opts.clients[::-1]
+            names = list(clusters) if rnd % 2 == 0 else list(clusters)[::-1]
             for client in order:
-                r = run_once(root, len(runs), jar, cluster, client, opts.partitions)
-                runs.append(r)
-                print(f"  run {len(runs) - 1}: {client} job {r['job_s']:.1f} s, app {r['wall_s']:.1f} s, "
-                      f"server CPU {r['server_cpu_s']:.2f} s (load {r['load']:.2f})", flush=True)
+                for name in names:
+                    r = run_once(root, len(runs), jar, clusters[name], client, opts.partitions, opts.jobs, name)
+                    runs.append(r)
+                    print(f"  run {len(runs) - 1}: {name} {client} job {r['job_s']:.1f} s, app {r['wall_s']:.1f} s, "
+                          f"server CPU {r['server_cpu_s']:.2f} s (load {r['load']:.2f})", flush=True)
         report(runs)
         return 0
     finally:
-        cluster.stop()
+        for cluster in clusters.values():
+            cluster.stop()
         if opts.keep:
             print(f"kept {root}")
         else:

@@ -43,6 +43,14 @@ class RiffleProcess:
     def http(self) -> str:
         return f"http://127.0.0.1:{self.http_port}"
 
+    def tails(self, lines: int = 40) -> str:
+        """The last lines of its log (what ``e2e.Cluster.tails`` prints when a start fails)."""
+        try:
+            text = self.log_path.read_text(errors="replace").splitlines()[-lines:]
+        except OSError:
+            text = []
+        return f"--- Riffle {self.log_path}\n" + "\n".join(text)
+
     def stop(self) -> None:
         self.proc.terminate()
         try:
