@@ -61,10 +61,10 @@ class RiffleProcess:
 
 
 def start_riffle(binary: str, workdir: Path, *, quorum: str, capacity: str, data_dir: Path, urpc: bool,
-                 heartbeat_s: int | None = None, direct_io: bool = True, extra: str = "",
+                 heartbeat_s: int | None = None, direct_io: bool = True,
                  timeout_s: float = 60) -> RiffleProcess:
     """Riffle on free loopback ports with memory ``capacity``, one data directory, O_DIRECT appends
-    (``direct_io``, as ours by default) and ``extra`` TOML lines; returns once its ports accept."""
+    (``direct_io``, as ours by default); returns once its ports accept."""
     workdir.mkdir(parents=True, exist_ok=True)
     data_dir.mkdir(parents=True, exist_ok=True)
     grpc_port, http_port = free_port(), free_port()
@@ -74,7 +74,7 @@ def start_riffle(binary: str, workdir: Path, *, quorum: str, capacity: str, data
              *([f"urpc_port = {urpc_port}"] if urpc else []),
              f'coordinator_quorum = ["{quorum}"]',
              *([f"heartbeat_interval_seconds = {heartbeat_s}"] if heartbeat_s is not None else []),
-             'store_type = "MEMORY_LOCALFILE"', extra,
+             'store_type = "MEMORY_LOCALFILE"',
              "[memory_store]", f'capacity = "{capacity}"',
              "[localfile_store]", f'data_paths = ["{data_dir}"]', f"direct_io_enable = {str(direct_io).lower()}"]
     cfg.write_text("\n".join(lines) + "\n")

@@ -18,17 +18,13 @@ from riffle_actors.errors import StatusCode
 from riffle_actors.protocol.index import INDEX_RECORD, decode_index
 from riffle_actors.protocol.proto import uniffle_pb2 as pb
 from riffle_actors.server import ShuffleServer
-from tests.helpers import flip_byte, parse_metrics, poll_until
-from tests.helpers.client import UniffleClient, UniffleError, assert_read_matches, make_blocks
+from tests.helpers import flip_byte, metric_total, parse_metrics, poll_until
+from tests.helpers.client import UniffleClient, UniffleError, assert_read_matches, write_block_by_block
 from tests.helpers.urpc_client import UrpcClient
 
 APP = "application_1700000000000_0021_1700000000002"
 SCRUB = {"scrub_rate": "1G", "scrub_interval_sec": 0.05}
 SPILL_EACH = {"memory_single_buffer_max_spill_size": "256K"}  # every 300 kB block is spilled
-
-
-def metric(server: ShuffleServer, name: str) -> float:
-    return sum(v for _l, v in parse_metrics(server.metrics.render().decode()).get(name, []))
 
 
 async def spilled(server: ShuffleServer, client: UniffleClient, pid: int, nblocks: int):
@@ -42,15 +38,6 @@ async def spilled(server: ShuffleServer, client: UniffleClient, pid: int, nblock
     return decode_index(ix.indexData), path
 
 
-async def write(client: UniffleClient, partitions, count=6, size=300_000):
-    await client.register_shuffle(APP, 0, partitions)
-    blocks = [b for p in partitions for b in make_blocks(p, 1, count, size)]
-    for b in blocks:
-        await client.send_blocks(APP, 0, [b])
-    await client.report(APP, 0, 1, blocks)
-    return blocks
-
-
 @pytest.mark.parametrize("transport", ["grpc", "urpc"])
 async def test_the_scrubber_finds_a_flipped_byte_and_reads_of_that_block_are_refused(
         server_factory, transport: str) -> None:
@@ -59,14 +46,14 @@ async def test_the_scrubber_finds_a_flipped_byte_and_reads_of_that_block_are_ref
     target = f"127.0.0.1:{server.grpc_port}"
     client = UniffleClient(target) if transport == "grpc" else await UrpcClient(target, server.urpc_port).connect()
     try:
-        blocks = await write(client, [0, 1])
+        blocks = await write_block_by_block(client, APP, [0, 1])
         entries, path = await spilled(server, client, 0, 6)
         await spilled(server, client, 1, 6)
         victim = entries[3]
         flip_byte(path, victim.offset + 1234)
-        await poll_until(lambda: metric(server, "riffle_scrub_corrupt_blocks_total") >= 1, timeout=30,
+        await poll_until(lambda: metric_total(server, "riffle_scrub_corrupt_blocks_total") >= 1, timeout=30,
                          message="the scrubber finds the flipped byte")
-        assert metric(server, "riffle_scrub_corrupt_blocks_total") == 1  # later passes do not count it again
+        assert metric_total(server, "riffle_scrub_corrupt_blocks_total") == 1  # later passes do not count it again
 
         ids = await client.get_shuffle_result(APP, 0, [0, 1])
         # one read of the whole partition holds the corrupt block: refused, its bytes never leave the server
@@ -85,7 +72,7 @@ async def test_the_scrubber_finds_a_flipped_byte_and_reads_of_that_block_are_ref
                 assert resp.status == StatusCode.SUCCESS and len(resp.data) == e.length
         assert_read_matches(await client.read_partition(APP, 0, 1, ids), [b for b in blocks if b.partition_id == 1])
 
-        assert metric(server, "riffle_server_corrupt_reads_refused_total") == 2
+        assert metric_total(server, "riffle_server_corrupt_reads_refused_total") == 2
         (app,) = [a for a in await server.admin.apps() if a["app_id"] == APP]
         assert (app["corrupt_blocks"], app["corrupt_reads_refused"]) == (1, 2)
 
@@ -100,23 +87,23 @@ async def test_the_scrubber_reads_through_the_disk_throttle(server_factory) -> N
     server = await server_factory(disks=1, localfile_store={**SCRUB, "io_limiter": {"capacity": "256M"}},
                                   hybrid_store=SPILL_EACH)
     async with UniffleClient(f"127.0.0.1:{server.grpc_port}") as client:
-        await write(client, [0])
+        await write_block_by_block(client, APP, [0])
         _entries, path = await spilled(server, client, 0, 6)
         size = path.stat().st_size
         # no client read of the data file: every data byte charged for reads is the scrubber's
-        await poll_until(lambda: metric(server, "riffle_scrub_bytes_total") >= size, timeout=30)
+        await poll_until(lambda: metric_total(server, "riffle_scrub_bytes_total") >= size, timeout=30)
         disk = server.disk_names[0]
         samples = parse_metrics(server.metrics.render().decode())["riffle_disk_throttle_bytes_total"]
         read = sum(v for labels, v in samples if labels == {"disk": disk, "op": "read"})
         index_reads = 40 * 6 * 2  # the test's own index reads, at most this much
-        assert read >= size - index_reads and metric(server, "riffle_scrub_passes_total") >= 1
+        assert read >= size - index_reads and metric_total(server, "riffle_scrub_passes_total") >= 1
 
 
 async def test_a_symlinked_partition_file_is_never_scrubbed(server_factory, tmp_path: Path) -> None:
     server = await server_factory(disks=1, localfile_store=SCRUB,
                                   hybrid_store=SPILL_EACH)
     async with UniffleClient(f"127.0.0.1:{server.grpc_port}") as client:
-        await write(client, [0])
+        await write_block_by_block(client, APP, [0])
         _entries, path = await spilled(server, client, 0, 6)
         # a partition whose index and data are symlinks to files outside the data path
         outside = tmp_path / "outside"
@@ -126,6 +113,6 @@ async def test_a_symlinked_partition_file_is_never_scrubbed(server_factory, tmp_
         (outside / "x.index").write_bytes(INDEX_RECORD.pack(0, 1000, 1000, 12345, 99, 1))
         os.symlink(outside / "x.index", path.parent / "partition-7.index")
         os.symlink(outside / "x.data", path.parent / "partition-7.data")
-        passes = metric(server, "riffle_scrub_passes_total")
-        await poll_until(lambda: metric(server, "riffle_scrub_passes_total") >= passes + 2, timeout=30)
+        passes = metric_total(server, "riffle_scrub_passes_total")
+        await poll_until(lambda: metric_total(server, "riffle_scrub_passes_total") >= passes + 2, timeout=30)
         assert not server.integrity.corrupt_partitions()

@@ -25,8 +25,8 @@ from riffle_actors.protocol import urpc
 from riffle_actors.protocol.index import IndexEntry, decode_index
 from riffle_actors.protocol.proto import uniffle_pb2 as pb
 from riffle_actors.server import ShuffleServer
-from tests.helpers import flip_byte, parse_metrics, poll_until
-from tests.helpers.client import UniffleClient, assert_read_matches, make_blocks
+from tests.helpers import flip_byte, metric_total, poll_until
+from tests.helpers.client import UniffleClient, assert_read_matches, write_block_by_block
 from tests.helpers.urpc_client import UrpcClient
 
 APP = "application_1700000000000_0021_1700000000003"
@@ -36,27 +36,14 @@ SPILL_EACH = {"memory_single_buffer_max_spill_size": "256K"}  # every 300 kB blo
 TRANSPORTS = ["grpc", "urpc-v1", "urpc-v2", "urpc-v3"]
 
 
-def metric(server: ShuffleServer, name: str) -> float:
-    return sum(v for _l, v in parse_metrics(server.metrics.render().decode()).get(name, []))
-
-
 async def start(server_factory, **localfile) -> ShuffleServer:
     server = await server_factory(disks=1, urpc_port=0, urpc_bind_address="127.0.0.1",
                                   urpc_config={"sendfile_enable": True},
                                   localfile_store={**SCRUB_IDLE, **localfile}, hybrid_store=SPILL_EACH)
     # the scrubber's first pass is over before anything is written: it never sees these files
-    await poll_until(lambda: metric(server, "riffle_scrub_passes_total") >= 1, timeout=30,
+    await poll_until(lambda: metric_total(server, "riffle_scrub_passes_total") >= 1, timeout=30,
                      message="the scrubber's first pass")
     return server
-
-
-async def write(client: UniffleClient, app: str, partitions: list[int], count: int = 6, size: int = 300_000):
-    await client.register_shuffle(app, 0, partitions)
-    blocks = [b for p in partitions for b in make_blocks(p, 1, count, size)]
-    for b in blocks:
-        await client.send_blocks(app, 0, [b])
-    await client.report(app, 0, 1, blocks)
-    return blocks
 
 
 async def spilled(client: UniffleClient, app: str, pid: int, nblocks: int) -> list[IndexEntry]:
@@ -96,8 +83,8 @@ async def setup(server: ShuffleServer):
     target = f"127.0.0.1:{server.grpc_port}"
     g = UniffleClient(target)
     u = await UrpcClient(target, server.urpc_port).connect()
-    blocks = await write(g, APP, [0, 1])
-    others = await write(g, OTHER, [0])
+    blocks = await write_block_by_block(g, APP, [0, 1])
+    others = await write_block_by_block(g, OTHER, [0])
     entries = await spilled(g, APP, 0, 6)
     await spilled(g, APP, 1, 6)
     await spilled(g, OTHER, 0, 6)
@@ -122,8 +109,8 @@ async def test_a_block_rotten_after_the_last_scrub_is_refused_on_read_and_record
         assert f"block {victim.block_id} at offset {victim.offset}" in msg and "corrupt" in msg
         assert "found by the read check" in msg and "read another replica" in msg
         # recorded as the scrubber's finds are: every later read of the block is refused by the ledger
-        assert metric(server, "riffle_read_crc_corrupt_blocks_total") == 1
-        assert metric(server, "riffle_scrub_corrupt_blocks_total") == 0  # not the scrubber's find
+        assert metric_total(server, "riffle_read_crc_corrupt_blocks_total") == 1
+        assert metric_total(server, "riffle_scrub_corrupt_blocks_total") == 0  # not the scrubber's find
         (app,) = [a for a in await server.admin.apps() if a["app_id"] == APP]
         assert (app["corrupt_blocks"], app["corrupt_reads_refused"]) == (1, 1)
         assert dict(server.integrity.totals())["corrupt_blocks"] == 1  # what the heartbeat reports
@@ -133,8 +120,8 @@ async def test_a_block_rotten_after_the_last_scrub_is_refused_on_read_and_record
                 assert status == StatusCode.INTERNAL_ERROR and data == b"" and "corrupt" in msg
             else:
                 assert status == StatusCode.SUCCESS and zlib.crc32(data) == e.crc, msg
-        assert metric(server, "riffle_read_crc_corrupt_blocks_total") == 1  # found once, refused since
-        assert metric(server, "riffle_server_corrupt_reads_refused_total") == 2
+        assert metric_total(server, "riffle_read_crc_corrupt_blocks_total") == 1  # found once, refused since
+        assert metric_total(server, "riffle_server_corrupt_reads_refused_total") == 2
         # the other partition and the other app are untouched
         client = g if transport == "grpc" else u
         assert_read_matches(await client.read_partition(APP, 0, 1, await g.get_shuffle_result(APP, 0, [1])),
@@ -142,7 +129,7 @@ async def test_a_block_rotten_after_the_last_scrub_is_refused_on_read_and_record
         assert_read_matches(await client.read_partition(OTHER, 0, 0, await g.get_shuffle_result(OTHER, 0, [0])),
                             others)
         assert server.integrity.app(OTHER) is None
-        assert metric(server, "riffle_read_crc_checked_blocks_total") >= 6 + 6 + 6
+        assert metric_total(server, "riffle_read_crc_checked_blocks_total") >= 6 + 6 + 6
         if transport != "grpc":
             assert server._urpc.sendfile_replies == 0  # with the check on, the checked bytes are sent
         # the purge takes the finding with the files
@@ -165,7 +152,7 @@ async def test_with_the_read_check_off_the_rotten_bytes_are_served(server_factor
         assert data[victim.offset + 1234] ^ intact[victim.offset + 1234] == 0x10
         assert data[:victim.offset] == intact[:victim.offset]
         assert not server.integrity.corrupt_partitions() and server.integrity.app(APP) is None
-        assert metric(server, "riffle_read_crc_checked_blocks_total") == 0
+        assert metric_total(server, "riffle_read_crc_checked_blocks_total") == 0
         if transport != "grpc":
             assert server._urpc.sendfile_replies == 1  # served by sendfile, from the file as it is
     finally:

@@ -33,6 +33,11 @@ def parse_metrics(text: str) -> Samples:
     return out
 
 
+def metric_total(server: Any, name: str) -> float:
+    """Sum of every sample of ``name`` (all label values) on an in-process server's metrics page."""
+    return sum(v for _labels, v in parse_metrics(server.metrics.render().decode()).get(name, []))
+
+
 async def poll_until(pred: Predicate, timeout: float = 10.0, *, interval: float = 0.005,
                      message: str | None = None) -> Any:
     """Wait until ``pred()`` is truthy (``pred`` may be async); return its value.

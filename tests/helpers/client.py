@@ -83,6 +83,18 @@ def make_blocks(partition_id: int, task_attempt_id: int, count: int, size: int, 
     return out
 
 
+async def write_block_by_block(client: Any, app_id: str, partitions: Sequence[int], count: int = 6,
+                               size: int = 300_000) -> list[BlockSpec]:
+    """Register shuffle 0 of ``app_id``, send ``count`` blocks of ``size`` bytes per partition, one block
+    per send (so a small spill threshold spills each), and report them; the blocks written."""
+    await client.register_shuffle(app_id, 0, partitions)
+    blocks = [b for p in partitions for b in make_blocks(p, 1, count, size)]
+    for b in blocks:
+        await client.send_blocks(app_id, 0, [b])
+    await client.report(app_id, 0, 1, blocks)
+    return blocks
+
+
 def require_size(blocks: Iterable[BlockSpec]) -> int:
     return sum(len(b.data) + BLOCK_OVERHEAD for b in blocks)
 

@@ -13,7 +13,7 @@ import pytest_asyncio
 
 from riffle_actors.errors import StatusCode
 from riffle_actors.server import ShuffleServer
-from tests.helpers import parse_metrics, poll_until
+from tests.helpers import metric_total, poll_until
 from tests.helpers.client import BlockSpec, UniffleClient, assert_read_matches, make_blocks
 from tests.helpers.urpc_client import UrpcClient
 
@@ -28,11 +28,6 @@ def flipped(b: BlockSpec, at: int = 17) -> BlockSpec:
     data = bytearray(b.data)
     data[at] ^= 0x04
     return b._replace(data=bytes(data))
-
-
-def metric(server: ShuffleServer, name: str) -> float:
-    samples = parse_metrics(server.metrics.render().decode())
-    return sum(v for _labels, v in samples.get(name, []))
 
 
 @pytest_asyncio.fixture(params=["grpc", "urpc"])
@@ -64,9 +59,9 @@ async def test_a_send_with_a_corrupt_block_is_refused_whole_and_its_resend_count
         assert await client.read_partition(APP, 0, pid, None, check_complete=False) == {}
     await poll_until(lambda: server.budget.allocated == 0 and server.budget.used == 0,
                      message="the refused send's reservation is given back")
-    assert metric(server, "riffle_server_crc_refused_sends_total") == 1
-    assert metric(server, "riffle_server_crc_refused_blocks_total") == 7
-    assert metric(server, "riffle_server_received_bytes_total") == 0
+    assert metric_total(server, "riffle_server_crc_refused_sends_total") == 1
+    assert metric_total(server, "riffle_server_crc_refused_blocks_total") == 7
+    assert metric_total(server, "riffle_server_received_bytes_total") == 0
 
     # the client resends the intact blocks: accepted, readable, counted as repaired
     await client.send_blocks(APP, 0, blocks)
@@ -74,8 +69,8 @@ async def test_a_send_with_a_corrupt_block_is_refused_whole_and_its_resend_count
     ids = await client.get_shuffle_result(APP, 0, [0, 1])
     for pid in (0, 1):
         assert_read_matches(await client.read_partition(APP, 0, pid, ids), [b for b in blocks if b.partition_id == pid])
-    assert metric(server, "riffle_server_crc_repaired_blocks_total") == 7
-    assert metric(server, "riffle_server_crc_checked_bytes_total") == 2 * sum(len(b.data) for b in blocks)
+    assert metric_total(server, "riffle_server_crc_repaired_blocks_total") == 7
+    assert metric_total(server, "riffle_server_crc_checked_bytes_total") == 2 * sum(len(b.data) for b in blocks)
     (app,) = [a for a in await server.admin.apps() if a["app_id"] == APP]
     assert (app["refused_blocks"], app["repaired_blocks"], app["corrupt_blocks"]) == (7, 7, 0)
 
@@ -95,7 +90,7 @@ async def test_the_check_can_be_turned_off(server_factory) -> None:
         (b,) = make_blocks(0, 1, 1, 1000)
         resp = await send_once(client, [flipped(b)])
         assert resp.status == StatusCode.SUCCESS
-    assert metric(server, "riffle_server_crc_checked_bytes_total") == 0
+    assert metric_total(server, "riffle_server_crc_checked_bytes_total") == 0
 
 
 async def test_a_big_send_is_checked_off_the_loop_and_refused(server_factory) -> None:
@@ -108,4 +103,4 @@ async def test_a_big_send_is_checked_off_the_loop_and_refused(server_factory) ->
         resp = await send_once(client, blocks[:-1] + [bad])
         assert resp.status == StatusCode.INTERNAL_ERROR and str(bad.block_id) in resp.retMsg
         await client.send_blocks(APP, 0, blocks)
-    assert metric(server, "riffle_server_crc_repaired_blocks_total") == 12
+    assert metric_total(server, "riffle_server_crc_repaired_blocks_total") == 12
