@@ -36,7 +36,7 @@ import enum
 import struct
 from array import array
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 from riffle_actors.protocol.errors import ProtocolError
 from riffle_actors.records import Block, BlockBatch
@@ -110,6 +110,7 @@ _RESP_PREFIX = struct.Struct(">qii")  # requestId, status, retMsg length
 # partitionId, blockId, length, shuffleId, crc, taskAttemptId, data length
 _BLOCK_HEAD = struct.Struct(">iqiiqqi")
 _BLOCK_TAIL = struct.Struct(">iq")  # uncompressLength, freeMemory
+_PARTITION_HEAD = struct.Struct(">ii")  # partitionId, blockCount
 _SEGMENT = struct.Struct(">qiiiqq")  # blockId, offset, length, uncompressLength, crc, taskAttemptId (36 bytes)
 _MIN_BLOCK_BYTES = _BLOCK_HEAD.size + 4 + _BLOCK_TAIL.size  # 56
 _MIN_SERVER_BYTES = 4 + 4 + 4 + 4  # two empty strings and two ports
@@ -267,41 +268,62 @@ def peek_request_id(buf: Buffer, msg_len: int) -> int | None:
 
 
 def _decode_send(r: _Reader) -> SendShuffleData:
+    """Type 3. The block loop checks every length against the bytes left inline and names the field
+    only when one is wrong (``_send_field``): a field name per read would cost more than the read."""
     request_id = r.i64("send.requestId")
     app_id = r.string("send.appId")
     shuffle_id = r.i32("send.shuffleId")
     ticket = r.i64("send.requireBufferId")
     partitions = []
     buf = r.buf
+    end = r.end
     unpack_head = _BLOCK_HEAD.unpack_from
     unpack_tail = _BLOCK_TAIL.unpack_from
+    unpack_i32 = _I32.unpack_from
     head_size, tail_size = _BLOCK_HEAD.size, _BLOCK_TAIL.size
+    unpack_partition = _PARTITION_HEAD.unpack_from
     for i in range(r.count(_MIN_PARTITION_BYTES, "send.partitionCount")):
-        partition_id = r.i32(f"send.partition[{i}].partitionId")
+        pos = r.pos
+        if end - pos < 8:
+            r.i32(f"send.partition[{i}].partitionId")  # raises, naming the field cut short
+            r.count(_MIN_BLOCK_BYTES, f"send.partition[{i}].blockCount")
+        partition_id, blocks = unpack_partition(buf, pos)
+        pos += 8
+        if blocks < 0 or blocks * _MIN_BLOCK_BYTES > end - pos:
+            r.pos = pos - 4
+            r.count(_MIN_BLOCK_BYTES, f"send.partition[{i}].blockCount")  # raises, saying why
         ids, lengths, uncompress, crcs, tasks = array("q"), array("q"), array("q"), array("q"), array("q")
         datas = []
         data_bytes = 0
-        for j in range(r.count(_MIN_BLOCK_BYTES, f"send.partition[{i}].blockCount")):
-            if r.end - r.pos < head_size:
-                r.need(head_size, f"send.partition[{i}].block[{j}]")
-            _, block_id, length, _, crc, task_attempt_id, data_len = unpack_head(buf, r.pos)
-            start = r.pos + head_size
+        for j in range(blocks):
+            if end - pos < head_size:
+                _truncated(r, pos, head_size, i, j, "")
+            _, block_id, length, _, crc, task_attempt_id, data_len = unpack_head(buf, pos)
+            start = pos + head_size
             if data_len < 0:
-                raise ProtocolError(f"send.partition[{i}].block[{j}].data", f"length {data_len} is negative")
-            r.pos = start
-            r.need(data_len, f"send.partition[{i}].block[{j}].data")
-            r.pos = start + data_len
-            servers = r.count(_MIN_SERVER_BYTES, f"send.partition[{i}].block[{j}].serverCount")
-            for k in range(servers):
-                what = f"send.partition[{i}].block[{j}].server[{k}]"
-                r.skip_string(what + ".id")
-                r.skip_string(what + ".host")
-                r.need(8, what + ".ports")
-                r.pos += 8
-            if r.end - r.pos < tail_size:
-                r.need(tail_size, f"send.partition[{i}].block[{j}].uncompressLength")
-            uncompress_length = unpack_tail(buf, r.pos)[0]
-            r.pos += tail_size
+                raise ProtocolError(_send_field(i, j, ".data"), f"length {data_len} is negative")
+            if data_len > end - start:
+                _truncated(r, start, data_len, i, j, ".data")
+            pos = start + data_len
+            if end - pos < 4:
+                _truncated(r, pos, 4, i, j, ".serverCount")
+            servers = unpack_i32(buf, pos)[0]
+            pos += 4
+            if servers < 0:
+                raise ProtocolError(_send_field(i, j, ".serverCount"), f"count {servers} is negative")
+            if servers * _MIN_SERVER_BYTES > end - pos:
+                raise ProtocolError(_send_field(i, j, ".serverCount"),
+                                    f"count {servers} cannot fit in the {end - pos} bytes left")
+            for k in range(servers):  # the replica list: skipped (id and host strings, two ports)
+                pos = _skip_string(r, pos, i, j, k, ".id")
+                pos = _skip_string(r, pos, i, j, k, ".host")
+                if end - pos < 8:
+                    _truncated(r, pos, 8, i, j, f".server[{k}].ports")
+                pos += 8
+            if end - pos < tail_size:
+                _truncated(r, pos, tail_size, i, j, ".uncompressLength")
+            uncompress_length = unpack_tail(buf, pos)[0]
+            pos += tail_size
             ids.append(block_id)
             lengths.append(length)
             uncompress.append(uncompress_length)
@@ -309,9 +331,35 @@ def _decode_send(r: _Reader) -> SendShuffleData:
             tasks.append(task_attempt_id)
             datas.append(buf[start:start + data_len])
             data_bytes += data_len
+        r.pos = pos
         partitions.append(BlockBatch(partition_id, ids, lengths, uncompress, crcs, tasks, datas, data_bytes))
     timestamp = r.i64("send.timestamp")
     return SendShuffleData(request_id, app_id, shuffle_id, ticket, tuple(partitions), timestamp)
+
+
+def _skip_string(r: _Reader, pos: int, i: int, j: int, k: int, name: str) -> int:
+    """The position after the string at ``pos`` of block ``j``'s replica server ``k``."""
+    end = r.end
+    if end - pos < 4:
+        _truncated(r, pos, 4, i, j, f".server[{k}]{name}")
+    n: int = _I32.unpack_from(r.buf, pos)[0]
+    pos += 4
+    if n == -1:
+        return pos
+    if n < 0:
+        raise ProtocolError(_send_field(i, j, f".server[{k}]{name}"), f"length {n} is negative")
+    if n > end - pos:
+        _truncated(r, pos, n, i, j, f".server[{k}]{name}")
+    return pos + n
+
+
+def _send_field(i: int, j: int, rest: str) -> str:
+    return f"send.partition[{i}].block[{j}]{rest}"
+
+
+def _truncated(r: _Reader, pos: int, n: int, i: int, j: int, rest: str) -> NoReturn:
+    """The ``ProtocolError`` of a read of ``n`` bytes at ``pos`` past the end of the message."""
+    raise ProtocolError(_send_field(i, j, rest), f"needs {n} bytes, {r.end - pos} left in the frame")
 
 
 def detach_partitions(partitions: tuple[BlockBatch, ...]) -> tuple[BlockBatch, ...]:

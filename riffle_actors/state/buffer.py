@@ -48,12 +48,13 @@ class Flight:
 class _Run:
     """A contiguous run of sequence numbers: the staging list or one in-flight batch."""
 
-    __slots__ = ("first_seq", "blocks", "flight_id")
+    __slots__ = ("first_seq", "blocks", "flight_id", "size")
 
     def __init__(self, first_seq: int, blocks: list[Block], flight_id: int):
         self.first_seq = first_seq
         self.blocks = blocks
         self.flight_id = flight_id  # -1 for staging
+        self.size = 0  # budget bytes of an in-flight batch (set when it leaves staging)
 
 
 class PartitionBuffer:
@@ -110,7 +111,7 @@ class PartitionBuffer:
         run.flight_id = self._next_flight_id
         self._next_flight_id += 1
         self._flights.append(run)
-        size = self.staging_bytes
+        run.size = size = self.staging_bytes
         flight = Flight(run.flight_id, tuple(run.blocks), size, size - BLOCK_OVERHEAD_BYTES * len(run.blocks))
         self.in_flight_bytes += size
         self.staging_bytes = 0
@@ -122,13 +123,11 @@ class PartitionBuffer:
         for i, run in enumerate(self._flights):
             if run.flight_id == flight_id:
                 del self._flights[i]
-                size = 0
-                seq_of = self._seq_of
+                pop = self._seq_of.pop
                 for block in run.blocks:
-                    seq_of.pop(block.block_id, None)
-                    size += len(block.data) + BLOCK_OVERHEAD_BYTES
-                self.in_flight_bytes -= size
-                return size
+                    pop(block.block_id, None)
+                self.in_flight_bytes -= run.size
+                return run.size
         return 0
 
     def in_flight_ids(self) -> list[int]:

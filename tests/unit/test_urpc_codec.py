@@ -144,9 +144,16 @@ def test_bad_headers_raise_protocol_error(header: bytes, field: str) -> None:
 
 def test_truncated_and_inconsistent_requests_raise_protocol_error_only() -> None:
     _, body = split(hand_built_send())
+    fields = set()
     for cut in range(len(body)):
-        with pytest.raises(ProtocolError):
+        with pytest.raises(ProtocolError) as err:
             urpc.decode_request(3, body[:cut], cut)
+        assert err.value.field.startswith("send."), err.value  # a field of the send, whatever the cut
+        fields.add(err.value.field)
+    # each part of the last block is named when it is the one cut short (the replica server list included;
+    # a cut before it fails the block count's check first, and its data is empty)
+    for part in ("", ".serverCount", ".server[0].id", ".server[0].host", ".server[0].ports", ".uncompressLength"):
+        assert "send.partition[0].block[1]" + part in fields, (part, sorted(fields))
     with pytest.raises(ProtocolError, match="frame.msgLen"):
         urpc.decode_request(3, body, len(body) + 1)
     with pytest.raises(ProtocolError, match="frame.type"):
