@@ -2,8 +2,10 @@
 
 Prints ns/op (and ns per id / record where that is the useful unit) for:
 BlockIdSet.update of 10k ids, serialize / deserialize of 1M ids, TaskIdFilter lookups,
-build_index of 1000 blocks and decode_index of 1000 records. A ``dict[high -> BitMap]``
-baseline is timed next to BlockIdSet to keep the storage choice honest.
+build_index of 1000 blocks and decode_index of 1000 records, and the urpc decoding of a
+sendShuffleData frame as the Uniffle client sends them (64 KiB and 1 MiB, one or three replica
+servers per block). A ``dict[high -> BitMap]`` baseline is timed next to BlockIdSet to keep the
+storage choice honest.
 
     python scripts/bench_codecs.py [--quick]
 """
@@ -22,6 +24,7 @@ from pyroaring import BitMap
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from riffle_actors.protocol import urpc
 from riffle_actors.protocol.bitmap import BlockIdSet, TaskIdFilter
 from riffle_actors.protocol.blockid import SPARK_DEFAULT
 from riffle_actors.protocol.index import build_index, decode_index
@@ -213,6 +216,23 @@ def main() -> None:
         unit="record",
         min_time_s=min_time_s,
     )
+
+    # -- urpc sendShuffleData frames ---------------------------------------------------------
+    for label, partitions, blocks_each, size, servers in (("64 KiB: 2 partitions x 1 block", 2, 1, 32 << 10, 1),
+                                                         ("1 MiB: 16 partitions x 2 blocks", 16, 2, 32 << 10, 1),
+                                                         ("1 MiB, 3 replicas per block", 16, 2, 32 << 10, 3)):
+        parts = [(p, [Block(p * 1000 + i, size, size, 7, 3, b"x" * size) for i in range(blocks_each)])
+                 for p in range(partitions)]
+        frame = urpc.encode_send_shuffle_data(1, "application_1700000000000_0001", 0, 5, parts, 0, servers)
+        header = urpc.decode_header(frame, 0)
+        region = memoryview(frame)[urpc.HEADER_SIZE:]
+        bench(
+            f"urpc decode_request(send, {label})",
+            lambda h=header, r=region: urpc.decode_request(h.type, r, h.msg_len),
+            per=partitions * blocks_each,
+            unit="block",
+            min_time_s=min_time_s,
+        )
 
 
 if __name__ == "__main__":

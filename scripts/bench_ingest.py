@@ -9,7 +9,10 @@ size and the send is a Netty frame) and then read every partition back (memory c
 data segments) over the same transport, checking every block byte for byte. The same clients then
 write to a do-nothing server of that transport (answers SUCCESS, keeps nothing). For each run it
 prints write and read MB/s, p50/p99 latency and the server process's CPU seconds per GB written and
-read (psutil: user + system time of the server process over each phase).
+read (psutil: user + system time of the server process over each phase), the server CPU ms per
+successful send, and ``refused``: the requireBuffer answers per send that were not SUCCESS (memory
+full or a huge partition held back; the client retries 20 ms later, as the Uniffle client backs off),
+so a server that spills slowly shows it there and in its CPU per send.
 
     python scripts/bench_ingest.py [--transport grpc urpc] [--clients 2] [--total-mib 1024]
                                    [--capacity 512M] [--senders 8] [--request-kib 1024]
@@ -60,34 +63,12 @@ def percentile(values: list[float], q: float) -> float:
 
 
 # ----------------------------------------------------------------------------- do-nothing servers
-def run_null_server(transport: str, port_q: mp.Queue) -> None:
-    """Answers requireBuffer/send/register SUCCESS over gRPC; with ``urpc`` also sends over a Netty port."""
-    import grpc
-    import uvloop
-
+async def serve_null_urpc() -> int:
+    """A do-nothing urpc port on 127.0.0.1 (port 0) on the running loop: reads frames into one reused
+    buffer and answers each SUCCESS (type 0), decoding nothing; returns the port."""
     from riffle_actors.protocol import urpc
-    from riffle_actors.protocol.proto import uniffle_pb2 as pb
-    from riffle_actors.protocol.proto import uniffle_pb2_grpc as pbg
-
-    class Null(pbg.ShuffleServerServicer):
-        ticket = 0
-
-        async def registerShuffle(self, request, context):
-            return pb.ShuffleRegisterResponse(status=0)
-
-        async def requireBuffer(self, request, context):
-            self.ticket += 1
-            return pb.RequireBufferResponse(status=0, requireBufferId=self.ticket)
-
-        async def sendShuffleData(self, request, context):
-            return pb.SendShuffleDataResponse(status=0)
-
-        async def reportShuffleResult(self, request, context):
-            return pb.ReportShuffleResultResponse(status=0)
 
     class NullUrpc(asyncio.BufferedProtocol):
-        """Reads frames into one reused buffer and answers each SUCCESS (type 0); decodes nothing."""
-
         def connection_made(self, transport):
             self.t = transport
             self.buf = bytearray(4 << 20)
@@ -119,16 +100,41 @@ def run_null_server(transport: str, port_q: mp.Queue) -> None:
             self.buf[:rest] = self.buf[pos:self.have]
             self.have = rest
 
+    srv = await asyncio.get_running_loop().create_server(NullUrpc, "127.0.0.1", 0)
+    return srv.sockets[0].getsockname()[1]
+
+
+def run_null_server(transport: str, port_q: mp.Queue) -> None:
+    """Answers requireBuffer/send/register SUCCESS over gRPC; with ``urpc`` also sends over a Netty port."""
+    import grpc
+    import uvloop
+
+    from riffle_actors.protocol.proto import uniffle_pb2 as pb
+    from riffle_actors.protocol.proto import uniffle_pb2_grpc as pbg
+
+    class Null(pbg.ShuffleServerServicer):
+        ticket = 0
+
+        async def registerShuffle(self, request, context):
+            return pb.ShuffleRegisterResponse(status=0)
+
+        async def requireBuffer(self, request, context):
+            self.ticket += 1
+            return pb.RequireBufferResponse(status=0, requireBufferId=self.ticket)
+
+        async def sendShuffleData(self, request, context):
+            return pb.SendShuffleDataResponse(status=0)
+
+        async def reportShuffleResult(self, request, context):
+            return pb.ReportShuffleResultResponse(status=0)
+
     async def main() -> None:
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", 1 << 30),
                                           ("grpc.max_send_message_length", 1 << 30)])
         pbg.add_ShuffleServerServicer_to_server(Null(), server)
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
-        urpc_port = 0
-        if transport == "urpc":
-            srv = await asyncio.get_running_loop().create_server(NullUrpc, "127.0.0.1", 0)
-            urpc_port = srv.sockets[0].getsockname()[1]
+        urpc_port = await serve_null_urpc() if transport == "urpc" else 0
         port_q.put((port, urpc_port))
         await server.wait_for_termination()
 
@@ -169,10 +175,11 @@ def run_client(index: int, port: int, urpc_port: int, args: dict, go_write, go_r
         sent = 0
         next_block = [index << 40]
         latencies: list[float] = []
+        refused = 0  # requireBuffer answers other than SUCCESS (memory full, huge partition): retried in 20 ms
         expected: dict[int, dict[int, int]] = {p: {} for p in range(partitions)}  # partition -> block -> pool idx
 
         async def sender(sender_id: int) -> None:
-            nonlocal sent
+            nonlocal sent, refused
             r = random.Random(sender_id * 1000 + index)
             conn = conns[sender_id % len(conns)] if conns else None
             while sent < total:
@@ -205,6 +212,7 @@ def run_client(index: int, port: int, urpc_port: int, args: dict, go_write, go_r
                         requireSize=size, appId=app, shuffleId=0, partitionIds=list(by_partition)))
                     if rb.status == 0:
                         break
+                    refused += 1
                     await asyncio.sleep(0.02)
                 if conn is not None:
                     rid = conn.next_id()
@@ -229,7 +237,8 @@ def run_client(index: int, port: int, urpc_port: int, args: dict, go_write, go_r
         await asyncio.gather(*(sender(i) for i in range(args["senders"])))
         write_s = time.perf_counter() - t0
         written = sum(len(pool[i]) for blocks in expected.values() for i in blocks.values())
-        out = {"write_bytes": written, "write_start": w0, "write_end": w0 + write_s, "send_lat": latencies}
+        out = {"write_bytes": written, "write_start": w0, "write_end": w0 + write_s, "send_lat": latencies,
+               "refused": refused}
         result_q.put(("written", index, out))
         if read_back:
             await asyncio.get_running_loop().run_in_executor(None, go_read.wait)
@@ -380,6 +389,7 @@ def run_clients(label: str, server_pid: int, port: int, urpc_port: int, args: di
         out = {"name": label, "write_bytes": sum(w[2]["write_bytes"] for w in written),
                "write_s": max(w[2]["write_end"] for w in written) - min(w[2]["write_start"] for w in written),
                "send_lat": [x for w in written for x in w[2]["send_lat"]],
+               "refused": sum(w[2]["refused"] for w in written),
                "write_cpu_s": sum(c1) - sum(c0), "write_sys_s": c1[1] - c0[1], "client_write_cpu_s": k1 - k0}
         if args["read_back"]:
             if args.get("read_local"):
@@ -593,12 +603,13 @@ def print_riffle_ratios(rows: list[dict], transports: list[str]) -> None:
         "write MB/s": lambda r: r["write_bytes"] / MIB / r["write_s"],
         "write CPU s/GB": lambda r: r["write_cpu_s"] / (r["write_bytes"] / GB),
         "server CPU ms/send": lambda r: r["write_cpu_s"] * 1e3 / max(1, len(r["send_lat"])),
+        "requireBuffer refused/send": lambda r: r.get("refused", 0) / max(1, len(r["send_lat"])),
         "send p99 ms": lambda r: percentile(r["send_lat"], .99) * 1e3,
         "read MB/s": lambda r: r["read_bytes"] / MIB / r["read_s"],
         "read CPU s/GB": lambda r: r["read_cpu_s"] / (r["read_bytes"] / GB),
         "peak RSS MiB": lambda r: r["peak_rss"] / MIB,
     }
-    print(f"ours / Riffle, medians over the rounds: {'figure':20} {'ours':>9} {'Riffle':>9} {'ratio':>6}")
+    print(f"ours / Riffle, medians over the rounds: {'figure':26} {'ours':>9} {'Riffle':>9} {'ratio':>6}")
     for transport in transports:
         ours = [r for r in rows if r.get("transport") == transport and r.get("variant") == 0]
         theirs = [r for r in rows if r.get("transport") == transport and r.get("variant") == "riffle"]
@@ -606,7 +617,7 @@ def print_riffle_ratios(rows: list[dict], transports: list[str]) -> None:
             continue
         for figure, f in figures.items():
             a, b = med([f(r) for r in ours]), med([f(r) for r in theirs])
-            print(f"  {transport:5} {figure:20} {a:9.2f} {b:9.2f} {a / b if b else float('nan'):6.2f}")
+            print(f"  {transport:5} {figure:26} {a:9.2f} {b:9.2f} {a / b if b else float('nan'):6.2f}")
 
 
 def main() -> int:
@@ -701,14 +712,15 @@ def main() -> int:
                 shutil.rmtree(work / f"data-{name}", ignore_errors=True)
                 print(f"  done: Riffle {transport} (load {os.getloadavg()[0]:.2f})", flush=True)
         print(f"{'server':30} {'write MB/s':>10} {'p50 ms':>7} {'p99 ms':>7} {'CPU s/GB':>8} {'sys':>5} "
-              f"{'ms/send':>7} | "
+              f"{'ms/send':>7} {'refused':>7} | "
               f"{'read MB/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'CPU s/GB':>8} {'sys':>5}")
         for r in rows:
             w = r["write_bytes"] / MIB / r["write_s"]
             gb = r["write_bytes"] / GB
             line = (f"{r['name']:30} {w:10.1f} {percentile(r['send_lat'], .5) * 1e3:7.2f} "
                     f"{percentile(r['send_lat'], .99) * 1e3:7.2f} {r['write_cpu_s'] / gb:8.2f} "
-                    f"{r['write_sys_s'] / gb:5.2f} {r['write_cpu_s'] * 1e3 / max(1, len(r['send_lat'])):7.3f} | ")
+                    f"{r['write_sys_s'] / gb:5.2f} {r['write_cpu_s'] * 1e3 / max(1, len(r['send_lat'])):7.3f} "
+                    f"{r.get('refused', 0) / max(1, len(r['send_lat'])):7.3f} | ")
             if "read_bytes" in r:
                 rgb = r["read_bytes"] / GB
                 line += (f"{r['read_bytes'] / MIB / r['read_s']:9.1f} {percentile(r['read_lat'], .5) * 1e3:7.2f} "
