@@ -2,8 +2,9 @@
 """Idle cost: the CPU an idle ``riffle-server`` (no apps) burns per second, next to its coordinator.
 
 Starts a ``riffle-coordinator`` and a ``riffle-server`` (port 0, loopback, ``--heartbeat`` seconds between
-heartbeats, the default disk probe period), waits until the server is registered and ``--warmup`` seconds
-more, then samples the CPU time (user + system) of each daemon's whole process tree (the server's disk-probe
+heartbeats, the default disk probe period), waits ``--warmup`` seconds (default 65: past the server's first
+disk-probe round, which comes one probe period, 60 s, after the start; until it, each heartbeat's refresh also
+reads every disk's usage on the disk's reader thread, ~0.3 ms more per heartbeat), then samples the CPU time (user + system) of each daemon's whole process tree (the server's disk-probe
 workers included) over ``--seconds`` and prints CPU-seconds per second, wake-ups per second of the server's
 main thread (voluntary context switches) and, with ``--riffle-bin PATH``, the same for a Riffle server started
 on the same kind of config in the same invocation, heartbeating to the same coordinator
@@ -95,7 +96,9 @@ data_paths = ["{data}"]
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=30)
-    ap.add_argument("--warmup", type=float, default=5)
+    ap.add_argument("--warmup", type=float, default=65,
+                    help="seconds between the start and the first sample (default: past the first disk-probe "
+                         "round, 60 s after the start; before it each refresh also reads the disks' usage)")
     ap.add_argument("--heartbeat", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--riffle-bin", help="a Riffle riffle-server binary to compare with (not part of this project)")
@@ -124,7 +127,7 @@ def main() -> None:
                                       data_dir=root / "riffle-data", urpc=False, heartbeat_s=args.heartbeat,
                                       direct_io=False).proc
                 procs.append(riffle)
-            time.sleep(args.warmup)  # let start-up work (first probes, registration) pass
+            time.sleep(args.warmup)  # let start-up work (registration, the first probe round) pass
             rows: dict[str, list[tuple[float, float]]] = {"riffle_actors server": [], "coordinator": []}
             if riffle is not None:
                 rows["Riffle server"] = []

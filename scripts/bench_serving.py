@@ -6,15 +6,16 @@ benchmark measures the floor under any shuffle server written on each stack: a *
 that answers registerShuffle, requireBuffer, sendShuffleData and reportShuffleResult SUCCESS and keeps
 nothing, served
 
-- by grpc.aio (``bench_ingest.run_null_server``, the stack ``riffle-server`` uses), and
+- by grpc.aio (``bench_ingest.run_null_server``, the stack ``riffle-server`` uses),
+- by grpcio's synchronous server (``run_null_sync_server``: handlers on a thread pool), and
 - by ``NullH2``, below: a minimal HTTP/2 server protocol on the event loop (frames parsed by hand,
   request headers decoded by ``hpack.Decoder``, fixed HPACK literals out, one asyncio task per call
   as our urpc server does, protobuf messages parsed and built as a real handler would).
 
 The same clients (``bench_ingest.run_clients``: 2 processes x 8 senders, 64 partitions, 4-64 KiB
 blocks, each send = requireBuffer + sendShuffleData, or + a urpc frame with ``--transport urpc``)
-write to each, rounds interleaved; it prints the server CPU ms per send, write MB/s and the ratio
-NullH2 / grpc.aio per transport (medians over ``--rounds``).
+write to each, rounds interleaved; it prints the server CPU ms per send, write MB/s and the ratios
+to grpc.aio per transport (medians over ``--rounds``).
 
 ``NullH2`` is a measuring device, not a server: it trusts its peer (no header validation, no limits
 on streams or header sizes, no outbound flow control: its answers are a few bytes), answers every
@@ -196,6 +197,46 @@ def run_null_h2_server(transport: str, port_q: mp.Queue) -> None:
     uvloop.run(main())
 
 
+def run_null_sync_server(transport: str, port_q: mp.Queue) -> None:
+    """The do-nothing servicer on grpcio's synchronous server (a thread pool of 16 handlers); with ``urpc``
+    the do-nothing urpc port on an event loop in the main thread. A real server on it would also pay a
+    hop from each handler thread to the loop that owns the actors; this floor leaves that out."""
+    from concurrent import futures
+
+    import grpc
+    import uvloop
+
+    from riffle_actors.protocol.proto import uniffle_pb2 as pb
+    from riffle_actors.protocol.proto import uniffle_pb2_grpc as pbg
+
+    class Null(pbg.ShuffleServerServicer):
+        def registerShuffle(self, request, context):
+            return pb.ShuffleRegisterResponse(status=0)
+
+        def requireBuffer(self, request, context):
+            return pb.RequireBufferResponse(status=0, requireBufferId=1)
+
+        def sendShuffleData(self, request, context):
+            return pb.SendShuffleDataResponse(status=0)
+
+        def reportShuffleResult(self, request, context):
+            return pb.ReportShuffleResultResponse(status=0)
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16),
+                         options=[("grpc.max_receive_message_length", 1 << 30),
+                                  ("grpc.max_send_message_length", 1 << 30)])
+    pbg.add_ShuffleServerServicer_to_server(Null(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+
+    async def main() -> None:
+        urpc_port = await serve_null_urpc() if transport == "urpc" else 0
+        port_q.put((port, urpc_port))
+        await asyncio.Event().wait()
+
+    uvloop.run(main())
+
+
 def measure(target, transport: str, args: dict) -> tuple[float, float]:
     """(server CPU ms per send, write MB/s) of one run of the clients against a fresh ``target`` server."""
     ctx = mp.get_context("spawn")
@@ -222,7 +263,8 @@ def main() -> int:
     opts = ap.parse_args()
     args = {"clients": opts.clients, "total_mib": opts.total_mib, "partitions": 64, "senders": opts.senders,
             "request_bytes": opts.request_kib * 1024, "read_back": False}
-    servers = {"grpc.aio": run_null_server, "minimal HTTP/2": run_null_h2_server}
+    servers = {"grpc.aio": run_null_server, "grpcio sync": run_null_sync_server,
+               "minimal HTTP/2": run_null_h2_server}
     print(f"do-nothing servers, {opts.total_mib} MiB per run, {opts.request_kib} KiB per send, {opts.clients} "
           f"client processes x {opts.senders} senders, {opts.rounds} rounds interleaved (medians)", flush=True)
     print(f"{'transport':9} {'stack':15} {'CPU ms/send':>11} {'write MB/s':>10}   rounds (CPU ms/send)")
@@ -238,9 +280,11 @@ def main() -> int:
             medians[name] = (cpu, mbps)
             print(f"{transport:9} {name:15} {cpu:11.3f} {mbps:10.1f}   {', '.join(f'{v[0]:.3f}' for v in values)}",
                   flush=True)
-        (a_cpu, a_mbps), (h_cpu, h_mbps) = medians["grpc.aio"], medians["minimal HTTP/2"]
-        print(f"{transport:9} minimal HTTP/2 / grpc.aio: CPU per send x{h_cpu / a_cpu:.2f}, write MB/s "
-              f"x{h_mbps / a_mbps:.2f}; saved per send {a_cpu - h_cpu:.3f} ms", flush=True)
+        a_cpu, a_mbps = medians["grpc.aio"]
+        for name in ("grpcio sync", "minimal HTTP/2"):
+            cpu, mbps = medians[name]
+            print(f"{transport:9} {name} / grpc.aio: CPU per send x{cpu / a_cpu:.2f}, write MB/s x{mbps / a_mbps:.2f}; "
+                  f"saved per send {a_cpu - cpu:.3f} ms", flush=True)
     return 0
 
 
