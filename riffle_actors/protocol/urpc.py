@@ -35,7 +35,7 @@ from __future__ import annotations
 import enum
 import struct
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, NoReturn
 
 from riffle_actors.protocol.errors import ProtocolError
@@ -268,8 +268,9 @@ def peek_request_id(buf: Buffer, msg_len: int) -> int | None:
 
 
 def _decode_send(r: _Reader) -> SendShuffleData:
-    """Type 3. The block loop checks every length against the bytes left inline and names the field
-    only when one is wrong (``_send_field``): a field name per read would cost more than the read."""
+    """Type 3. The block loop checks every length against the bytes left inline; only when a check
+    fails is that field read again through ``r`` (``_refuse``), which raises naming it: building a
+    field name for every read would cost more than the read."""
     request_id = r.i64("send.requestId")
     app_id = r.string("send.appId")
     shuffle_id = r.i32("send.shuffleId")
@@ -280,48 +281,40 @@ def _decode_send(r: _Reader) -> SendShuffleData:
     unpack_head = _BLOCK_HEAD.unpack_from
     unpack_tail = _BLOCK_TAIL.unpack_from
     unpack_i32 = _I32.unpack_from
-    head_size, tail_size = _BLOCK_HEAD.size, _BLOCK_TAIL.size
     unpack_partition = _PARTITION_HEAD.unpack_from
+    head_size, tail_size = _BLOCK_HEAD.size, _BLOCK_TAIL.size
     for i in range(r.count(_MIN_PARTITION_BYTES, "send.partitionCount")):
         pos = r.pos
         if end - pos < 8:
-            r.i32(f"send.partition[{i}].partitionId")  # raises, naming the field cut short
-            r.count(_MIN_BLOCK_BYTES, f"send.partition[{i}].blockCount")
+            r.i32(f"send.partition[{i}].partitionId")
+            _refuse(r, pos + 4, r.count, _MIN_BLOCK_BYTES, f"send.partition[{i}].blockCount")
         partition_id, blocks = unpack_partition(buf, pos)
         pos += 8
         if blocks < 0 or blocks * _MIN_BLOCK_BYTES > end - pos:
-            r.pos = pos - 4
-            r.count(_MIN_BLOCK_BYTES, f"send.partition[{i}].blockCount")  # raises, saying why
+            _refuse(r, pos - 4, r.count, _MIN_BLOCK_BYTES, f"send.partition[{i}].blockCount")
         ids, lengths, uncompress, crcs, tasks = array("q"), array("q"), array("q"), array("q"), array("q")
         datas = []
         data_bytes = 0
         for j in range(blocks):
             if end - pos < head_size:
-                _truncated(r, pos, head_size, i, j, "")
+                _refuse(r, pos, r.need, head_size, _send_field(i, j, ""))
             _, block_id, length, _, crc, task_attempt_id, data_len = unpack_head(buf, pos)
             start = pos + head_size
-            if data_len < 0:
-                raise ProtocolError(_send_field(i, j, ".data"), f"length {data_len} is negative")
-            if data_len > end - start:
-                _truncated(r, start, data_len, i, j, ".data")
+            if not 0 <= data_len <= end - start:
+                _refuse(r, start, r.raw, data_len, _send_field(i, j, ".data"))
             pos = start + data_len
-            if end - pos < 4:
-                _truncated(r, pos, 4, i, j, ".serverCount")
-            servers = unpack_i32(buf, pos)[0]
+            servers = unpack_i32(buf, pos)[0] if end - pos >= 4 else -1
+            if servers < 0 or servers * _MIN_SERVER_BYTES > end - pos - 4:
+                _refuse(r, pos, r.count, _MIN_SERVER_BYTES, _send_field(i, j, ".serverCount"))
             pos += 4
-            if servers < 0:
-                raise ProtocolError(_send_field(i, j, ".serverCount"), f"count {servers} is negative")
-            if servers * _MIN_SERVER_BYTES > end - pos:
-                raise ProtocolError(_send_field(i, j, ".serverCount"),
-                                    f"count {servers} cannot fit in the {end - pos} bytes left")
             for k in range(servers):  # the replica list: skipped (id and host strings, two ports)
                 pos = _skip_string(r, pos, i, j, k, ".id")
                 pos = _skip_string(r, pos, i, j, k, ".host")
                 if end - pos < 8:
-                    _truncated(r, pos, 8, i, j, f".server[{k}].ports")
+                    _refuse(r, pos, r.need, 8, _send_field(i, j, f".server[{k}].ports"))
                 pos += 8
             if end - pos < tail_size:
-                _truncated(r, pos, tail_size, i, j, ".uncompressLength")
+                _refuse(r, pos, r.need, tail_size, _send_field(i, j, ".uncompressLength"))
             uncompress_length = unpack_tail(buf, pos)[0]
             pos += tail_size
             ids.append(block_id)
@@ -338,28 +331,26 @@ def _decode_send(r: _Reader) -> SendShuffleData:
 
 
 def _skip_string(r: _Reader, pos: int, i: int, j: int, k: int, name: str) -> int:
-    """The position after the string at ``pos`` of block ``j``'s replica server ``k``."""
-    end = r.end
-    if end - pos < 4:
-        _truncated(r, pos, 4, i, j, f".server[{k}]{name}")
-    n: int = _I32.unpack_from(r.buf, pos)[0]
-    pos += 4
+    """The position after the string at ``pos`` (block ``j``'s replica server ``k``): ``_Reader.skip_string``
+    without the field name, which only a bad length needs."""
+    n: int = _I32.unpack_from(r.buf, pos)[0] if r.end - pos >= 4 else -2
     if n == -1:
-        return pos
-    if n < 0:
-        raise ProtocolError(_send_field(i, j, f".server[{k}]{name}"), f"length {n} is negative")
-    if n > end - pos:
-        _truncated(r, pos, n, i, j, f".server[{k}]{name}")
-    return pos + n
+        return pos + 4
+    if not 0 <= n <= r.end - pos - 4:
+        _refuse(r, pos, r.skip_string, _send_field(i, j, f".server[{k}]{name}"))
+    return pos + 4 + n
 
 
 def _send_field(i: int, j: int, rest: str) -> str:
     return f"send.partition[{i}].block[{j}]{rest}"
 
 
-def _truncated(r: _Reader, pos: int, n: int, i: int, j: int, rest: str) -> NoReturn:
-    """The ``ProtocolError`` of a read of ``n`` bytes at ``pos`` past the end of the message."""
-    raise ProtocolError(_send_field(i, j, rest), f"needs {n} bytes, {r.end - pos} left in the frame")
+def _refuse(r: _Reader, pos: int, read: Callable[..., object], *args: object) -> NoReturn:
+    """A check of the fast path failed at ``pos``: the same read through ``r`` raises the ``ProtocolError``
+    that names the field and says what is wrong with it."""
+    r.pos = pos
+    read(*args)
+    raise AssertionError(f"{read.__name__}{args} at {pos} did not refuse what the fast path refused")
 
 
 def detach_partitions(partitions: tuple[BlockBatch, ...]) -> tuple[BlockBatch, ...]:
