@@ -774,6 +774,45 @@ class UrpcConfig(StrictModel):
                                      inert="TOKIO"))
 
 
+class GrpcEngine(enum.StrEnum):
+    GRPCIO = "GRPCIO"  # grpc.aio: grpc's C core, its threads, the loop
+    LOOP = "LOOP"  # riffle_actors' own HTTP/2 on the event loop (transport/grpc_loop.py)
+
+
+class GrpcLoopConfig(StrictModel):
+    """``[grpc_loop_config]``: the limits of the gRPC port when ``grpc_engine = "LOOP"`` (docs/grpc-loop.md).
+
+    ``grpc_max_concurrent_streams``, ``grpc_max_message_size`` and the reply budgets apply to both engines."""
+
+    max_connections: int = Field(
+        4096, ge=1, description="open gRPC connections; more are closed at once with a logged reason")
+    max_connections_per_address: int = Field(
+        1024, ge=1, description="open gRPC connections from one source address (IP); more are closed at once "
+                                "with a logged reason")
+    max_inflight_bytes: ByteSize = SizeField(
+        "256M", ge=1 << 20, description="request bytes received and not yet handled, over all gRPC "
+                                        "connections; above it connections stop reading until handlers finish "
+                                        "(a connection holding all of it reads on, so one request always gets "
+                                        "through)")
+    max_header_list_bytes: ByteSize = SizeField(
+        "16K", ge=4096, le=1 << 20, description="largest decoded header list of one call (HTTP/2 "
+                                                "SETTINGS_MAX_HEADER_LIST_SIZE); a larger block closes the "
+                                                "connection (GOAWAY ENHANCE_YOUR_CALM)")
+    frame_read_timeout_sec: float = Field(
+        60.0, gt=0, description="a frame cut short, a request body not complete, or a new connection without "
+                                "its HTTP/2 preface for this long is closed (the stream is reset)")
+    idle_timeout_sec: float = Field(
+        900.0, gt=0, description="a connection with no call for this long gets GOAWAY and is closed (the "
+                                 "client reconnects at its next call)")
+
+    def limits(self) -> dict[str, Any]:
+        """``LoopGrpcServer``'s keyword arguments."""
+        return {"max_connections": self.max_connections,
+                "max_connections_per_address": self.max_connections_per_address,
+                "max_inflight_bytes": self.max_inflight_bytes, "max_header_list_bytes": self.max_header_list_bytes,
+                "frame_timeout_s": self.frame_read_timeout_sec, "idle_timeout_s": self.idle_timeout_sec}
+
+
 #: ``runtime_config.worker_number`` at most (worker processes of one riffle-server host)
 MAX_WORKER_NUMBER = 256
 
@@ -906,6 +945,11 @@ class ServerConfig(StrictModel):
     grpc_bind_address: BindAddress = Field(
         "0.0.0.0", description="address the gRPC port listens on (executors must reach it); 0.0.0.0 = all "
                                "interfaces, :: = all IPv6 (and IPv4) interfaces, 127.0.0.1 = this host only")
+    grpc_engine: GrpcEngine = Field(
+        GrpcEngine.LOOP, description="what serves the gRPC port: GRPCIO (grpc.aio, grpc's C core) or LOOP "
+                                       "(riffle_actors' own HTTP/2 on the event loop: about a third of the CPU "
+                                       "per call; limits in [grpc_loop_config], docs/grpc-loop.md)")
+    grpc_loop_config: GrpcLoopConfig = Field(default_factory=GrpcLoopConfig)
     grpc_max_concurrent_streams: int = Field(
         100, ge=1, le=65536, description="HTTP/2 streams (RPCs) one gRPC connection may have open at once; the "
                                          "client queues more")

@@ -78,7 +78,14 @@ from riffle_actors.actors.scrub import ScrubSettings
 from riffle_actors.actors.spill import SpillBacklog, SpillDispatcherActor
 from riffle_actors.actors.storage_messages import RunProbeRound
 from riffle_actors.admin import AdminService, HealthRules, ServerIdentity
-from riffle_actors.config import ConfigError, ServerConfig, apply_riffle_keys, load_config, riffle_key_notes
+from riffle_actors.config import (
+    ConfigError,
+    GrpcEngine,
+    ServerConfig,
+    apply_riffle_keys,
+    load_config,
+    riffle_key_notes,
+)
 from riffle_actors.credentials import AdminCredentialError, AdminCredentials
 from riffle_actors.decommission import Lifecycle
 from riffle_actors.host import HostLaunch, serve_host
@@ -123,6 +130,7 @@ from riffle_actors.state.tickets import TicketBook
 from riffle_actors.state.tier_policy import HdfsHealth, TierRules
 from riffle_actors.tracing import Tracer, exporter_url
 from riffle_actors.transport.coordinator_client import GrpcCoordinatorLink
+from riffle_actors.transport.grpc_loop import LoopGrpcServer
 from riffle_actors.transport.grpc_server import ShuffleServerServicer, start_grpc_server
 from riffle_actors.transport.http_server import start_http_server
 from riffle_actors.transport.listen import ListenError
@@ -382,7 +390,7 @@ class ShuffleServer:
         self.recovery: RecoveryReport | None = None
         self.service: ShuffleService | None = None
         self.admin: AdminService | None = None
-        self._grpc: grpc.aio.Server | None = None
+        self._grpc: grpc.aio.Server | LoopGrpcServer | None = None
         self._urpc: UrpcServer | None = None
         self._http: web.AppRunner | None = None
         self.grpc_port = 0
@@ -745,7 +753,8 @@ class ShuffleServer:
             self.grpc_servicer, cfg.grpc_bind_address, self._port(cfg.grpc_bind_address, cfg.grpc_port, "grpc_port") or 0,
             cfg.grpc_max_message_size,
             internal=ShuffleServerInternalServicer(self.lifecycle, self.credentials),
-            max_concurrent_streams=cfg.grpc_max_concurrent_streams)
+            max_concurrent_streams=cfg.grpc_max_concurrent_streams,
+            loop_config=cfg.grpc_loop_config.limits() if cfg.grpc_engine == GrpcEngine.LOOP else None)
 
     async def _stop_grpc(self) -> None:
         if self._grpc is not None:

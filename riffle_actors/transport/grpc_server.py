@@ -25,6 +25,10 @@ reply size in its connection's budget (``grpc_max_reply_bytes_per_connection``) 
 HTTP/2 window cannot make the process grow. ``grpc_max_concurrent_streams`` bounds the RPCs open
 on one connection.
 
+Two engines serve the port (``grpc_engine``): ``LOOP``, the default, is ``transport.grpc_loop`` (our
+HTTP/2 on the event loop, fed by ``loop_methods``); ``GRPCIO`` is grpc.aio (fed by ``service_handler``).
+The servicer is the same; it uses only ``context.peer()``, ``invocation_metadata()`` and ``write()``.
+
 See also: ``riffle_actors.service`` (the use cases), ``riffle_actors.transport.decode`` (wire
 fields into domain values).
 """
@@ -46,6 +50,7 @@ from riffle_actors.protocol.proto import uniffle_pb2_grpc as pb_grpc
 from riffle_actors.records import Block, BlockBatch
 from riffle_actors.service import ShuffleService
 from riffle_actors.transport.decode import decode_layout, decode_task_filter, wire_status
+from riffle_actors.transport.grpc_loop import LoopGrpcServer, LoopMethod
 from riffle_actors.transport.listen import bind_grpc
 from riffle_actors.transport.reply_budget import ReplyBudget
 from riffle_actors.transport.rpc_answer import answer, failure_status
@@ -73,8 +78,9 @@ def grpc_options(max_receive_bytes: int, max_concurrent_streams: int = 100) -> l
 # the message went out under the client's HTTP/2 window). On the wire a one-message server stream
 # is the same as a unary reply (HEADERS, one DATA message, trailers): a unary client reads it as such.
 _STREAMED_REPLIES = frozenset({"getLocalShuffleData", "getMemoryShuffleData", "getLocalShuffleIndex"})
-# A reply waiting for the client's window is in memory twice: the serialized bytes this process wrote
-# (kept by the awaiting write) and gRPC core's copy of them (its byte buffer); the budgets count both.
+# A reply waiting for the client's window is in memory twice on GRPCIO: the serialized bytes this process
+# wrote (kept by the awaiting write) and gRPC core's copy of them (its byte buffer); the budgets count both.
+# LOOP sends from the serialized bytes themselves (one copy); it is counted the same, to be safe.
 REPLY_COPIES = 2
 
 _LOCAL_ORDER = pb.DataDistribution.Value("LOCAL_ORDER")
@@ -161,6 +167,25 @@ def service_handler(servicer: object) -> grpc.GenericRpcHandler:
         handlers[method.name] = make(
             getattr(servicer, method.name), request_deserializer=request.FromString, response_serializer=_serialize)
     return grpc.method_handlers_generic_handler(_SERVICE, handlers)
+
+
+def loop_methods(servicer: object, internal: object | None = None) -> dict[str, LoopMethod]:
+    """``service_handler``'s table for the LOOP engine (``transport.grpc_loop``), with ShuffleServerInternal's
+    methods when ``internal`` is given; a method the servicer does not implement is left out (UNIMPLEMENTED)."""
+    table = {}
+    for service, impl, base, serialize in (
+            ("ShuffleServer", servicer, pb_grpc.ShuffleServerServicer, _serialize),
+            ("ShuffleServerInternal", internal, pb_grpc.ShuffleServerInternalServicer, _serialize)):
+        if impl is None:
+            continue
+        for method in pb.DESCRIPTOR.services_by_name[service].methods:
+            if getattr(type(impl), method.name, None) is getattr(base, method.name):
+                continue
+            request = getattr(pb, method.input_type.name)
+            table[f"/rss.common.{service}/{method.name}"] = LoopMethod(
+                request.FromString, getattr(impl, method.name), serialize,
+                streamed=service == "ShuffleServer" and method.name in _STREAMED_REPLIES)
+    return table
 
 
 def _batch(sd) -> BlockBatch:
@@ -411,10 +436,20 @@ async def start_grpc_server(servicer: ShuffleServerServicer, host: str, port: in
                             max_receive_bytes: int, *,
                             internal: pb_grpc.ShuffleServerInternalServicer | None = None,
                             max_concurrent_streams: int = 100,
-                            ) -> tuple[grpc.aio.Server, int]:
-    """Start a grpc.aio server on exactly ``host:port``; returns it and the bound port (0 = any free port).
+                            loop_config: dict[str, Any] | None = None,
+                            ) -> tuple[grpc.aio.Server | LoopGrpcServer, int]:
+    """Start the gRPC port on exactly ``host:port``; returns the server and the bound port (0 = any free port).
 
-    ``internal``: the ``ShuffleServerInternal`` service (decommission) served on the same port, as upstream."""
+    ``loop_config`` None: grpc.aio (``grpc_engine = "GRPCIO"``); otherwise the LOOP engine
+    (``transport.grpc_loop``) with these limits (``LoopGrpcServer``'s keyword arguments). Both have
+    ``await stop(grace)``. ``internal``: the ``ShuffleServerInternal`` service (decommission) served on
+    the same port, as upstream."""
+    if loop_config is not None:
+        refused = servicer.metrics.rpc_total
+        loop_server = LoopGrpcServer(loop_methods(servicer, internal), max_message_bytes=max_receive_bytes,
+                                     max_concurrent_streams=max_concurrent_streams,
+                                     on_refused=lambda what: refused.labels(what, "REFUSED").inc(), **loop_config)
+        return loop_server, await loop_server.start(host, port)
     server = grpc.aio.server(options=grpc_options(max_receive_bytes, max_concurrent_streams))
     server.add_generic_rpc_handlers((service_handler(servicer),))
     if internal is not None:
