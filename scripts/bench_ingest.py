@@ -104,8 +104,10 @@ async def serve_null_urpc() -> int:
     return srv.sockets[0].getsockname()[1]
 
 
-def run_null_server(transport: str, port_q: mp.Queue) -> None:
-    """Answers requireBuffer/send/register SUCCESS over gRPC; with ``urpc`` also sends over a Netty port."""
+def _run_null(transport: str, port_q: mp.Queue, engine: str) -> None:
+    """Answers requireBuffer/send/register/report SUCCESS over gRPC, served by ``engine`` (LOOP: our
+    ``transport.grpc_loop``, the riffle-server default; GRPCIO: grpc.aio); with ``urpc`` also sends over a
+    Netty port."""
     import grpc
     import uvloop
 
@@ -129,16 +131,39 @@ def run_null_server(transport: str, port_q: mp.Queue) -> None:
             return pb.ReportShuffleResultResponse(status=0)
 
     async def main() -> None:
-        server = grpc.aio.server(options=[("grpc.max_receive_message_length", 1 << 30),
-                                          ("grpc.max_send_message_length", 1 << 30)])
-        pbg.add_ShuffleServerServicer_to_server(Null(), server)
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
+        null = Null()
+        if engine == "LOOP":
+            from riffle_actors.transport.grpc_loop import LoopGrpcServer, LoopMethod
+
+            requests = {"registerShuffle": pb.ShuffleRegisterRequest, "requireBuffer": pb.RequireBufferRequest,
+                        "sendShuffleData": pb.SendShuffleDataRequest,
+                        "reportShuffleResult": pb.ReportShuffleResultRequest}
+            loop_server = LoopGrpcServer(
+                {f"/rss.common.ShuffleServer/{name}": LoopMethod(req.FromString, getattr(null, name),
+                                                                 lambda m: m.SerializeToString())
+                 for name, req in requests.items()}, max_message_bytes=1 << 30)
+            port = await loop_server.start("127.0.0.1", 0)
+        else:
+            server = grpc.aio.server(options=[("grpc.max_receive_message_length", 1 << 30),
+                                              ("grpc.max_send_message_length", 1 << 30)])
+            pbg.add_ShuffleServerServicer_to_server(null, server)
+            port = server.add_insecure_port("127.0.0.1:0")
+            await server.start()
         urpc_port = await serve_null_urpc() if transport == "urpc" else 0
         port_q.put((port, urpc_port))
-        await server.wait_for_termination()
+        await asyncio.Event().wait()
 
     uvloop.run(main())
+
+
+def run_null_server(transport: str, port_q: mp.Queue) -> None:
+    """The do-nothing server on riffle-server's default gRPC engine (LOOP)."""
+    _run_null(transport, port_q, "LOOP")
+
+
+def run_null_aio_server(transport: str, port_q: mp.Queue) -> None:
+    """The do-nothing server on grpc.aio (``grpc_engine = "GRPCIO"``)."""
+    _run_null(transport, port_q, "GRPCIO")
 
 
 # ----------------------------------------------------------------------------- client
