@@ -58,7 +58,12 @@ def test_skewed_partition_spills_to_hdfs_and_reducers_read_it(spark_runner, hdfs
     # the client's own account: bytes its readers consumed from the cold tier (HDFS), per reader
     cold = sum(int(m) for m in re.findall(r"Client read \d+ bytes from .*?Consumed\[ hot:\d+ warm:\d+ cold:(\d+)",
                                           rss.driver_log.read_text(errors="replace")))
-    assert cold >= hdfs_bytes, f"readers consumed {cold} bytes from HDFS, the servers wrote {hdfs_bytes} there"
+    # something came from HDFS, and every byte came from somewhere. Not necessarily all the servers wrote
+    # there: a block still in memory while its spill to HDFS runs is read from memory (hot), and its bytes
+    # count on both sides (CI saw 6.9 of 7.9 MB written to HDFS consumed from it, the rest served)
+    assert cold > 0, f"readers consumed nothing from HDFS, the servers wrote {hdfs_bytes} bytes there"
+    assert cold + served >= received, (
+        f"of {received} bytes received the readers consumed {cold} from HDFS and the servers served {served}")
     e2e.assert_same_result(vanilla, rss, "skew")
     # spark.stop() unregisters the app: its HDFS files are deleted with it
     assert rss.result.get("finished"), "the application did not stop cleanly"
