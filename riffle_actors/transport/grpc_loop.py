@@ -80,9 +80,10 @@ UNIMPLEMENTED, INTERNAL, UNAVAILABLE = 12, 13, 14
 MAX_WINDOW = (1 << 31) - 1
 DEFAULT_WINDOW = 65535
 DEFAULT_FRAME_BYTES = 16384
-# Frames we accept (SETTINGS_MAX_FRAME_SIZE; the HTTP/2 default, as Netty's server): a frame cut short waits in
-# the connection's buffer, outside max_inflight_bytes, so this bounds that buffer (16 KiB x max_connections).
-MAX_FRAME_BYTES = 16384
+# Frames we accept (SETTINGS_MAX_FRAME_SIZE). A frame cut short waits in the connection's buffer, outside
+# max_inflight_bytes (as urpc frames of 64 KiB and less do), so this bounds that buffer: 64 KiB per connection,
+# for frame_read_timeout_sec at most. Four times the HTTP/2 default: a quarter of the frames to parse.
+MAX_FRAME_BYTES = 64 << 10
 STREAM_WINDOW = 1 << 20  # each stream's receive window until its message prefix is read (then: the message)
 CONNECTION_WINDOW = 1 << 30  # memory is bounded by max_inflight_bytes and pausing reads, not by this window
 HEADER_TABLE_BYTES = 4096  # the HPACK table the client may use for what it sends us (the default)
