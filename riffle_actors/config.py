@@ -804,13 +804,18 @@ class GrpcLoopConfig(StrictModel):
     idle_timeout_sec: float = Field(
         900.0, gt=0, description="a connection with no call for this long gets GOAWAY and is closed (the "
                                  "client reconnects at its next call)")
+    reply_stall_timeout_sec: float = Field(
+        60.0, gt=0, description="a reply the client takes nothing of for this long is given up and its bytes "
+                                "released: no HTTP/2 window granted resets the stream (CANCEL), a socket not "
+                                "read closes the connection")
 
     def limits(self) -> dict[str, Any]:
         """``LoopGrpcServer``'s keyword arguments."""
         return {"max_connections": self.max_connections,
                 "max_connections_per_address": self.max_connections_per_address,
                 "max_inflight_bytes": self.max_inflight_bytes, "max_header_list_bytes": self.max_header_list_bytes,
-                "frame_timeout_s": self.frame_read_timeout_sec, "idle_timeout_s": self.idle_timeout_sec}
+                "frame_timeout_s": self.frame_read_timeout_sec, "idle_timeout_s": self.idle_timeout_sec,
+                "reply_stall_s": self.reply_stall_timeout_sec}
 
 
 #: ``runtime_config.worker_number`` at most (worker processes of one riffle-server host)

@@ -32,7 +32,10 @@ What it speaks (RFC 9113 and grpc/grpc "PROTOCOL-HTTP2"), and what it refuses:
   logged); request bytes received and not yet handled, over all connections, count against
   ``max_inflight_bytes``: above it connections stop reading until handlers finish (TCP pushes
   back); a connection with a frame or a request body cut short for ``frame_read_timeout_sec``,
-  or no preface within it, is closed; one with no call for ``idle_timeout_sec`` gets GOAWAY.
+  or no preface within it, is closed; one with no call for ``idle_timeout_sec`` gets GOAWAY; a
+  reply the client takes nothing of for ``reply_stall_timeout_sec`` (no HTTP/2 window granted:
+  the stream is reset CANCEL; its socket not read: the connection is closed) is given up and its
+  bytes released.
   These checks run on one ticker that sleeps while there is no connection.
 - **Stop.** ``stop(grace)`` closes the listener, sends GOAWAY (no new calls; the client retries
   them elsewhere), lets calls in progress finish for ``grace`` seconds, then cancels and closes.
@@ -230,7 +233,7 @@ class LoopGrpcServer:
     def __init__(self, methods: dict[str, LoopMethod], *, max_message_bytes: int, max_concurrent_streams: int = 100,
                  max_connections: int = 4096, max_connections_per_address: int = 1024,
                  max_inflight_bytes: int = 256 << 20, max_header_list_bytes: int = 16 << 10,
-                 frame_timeout_s: float = 60.0, idle_timeout_s: float = 900.0,
+                 frame_timeout_s: float = 60.0, idle_timeout_s: float = 900.0, reply_stall_s: float = 60.0,
                  on_refused: Callable[[str], None] | None = None):
         self.methods = {path.encode(): m for path, m in methods.items()}
         self.max_message_bytes = max_message_bytes
@@ -241,6 +244,7 @@ class LoopGrpcServer:
         self.max_header_list_bytes = max_header_list_bytes
         self.frame_timeout_s = frame_timeout_s
         self.idle_timeout_s = idle_timeout_s
+        self.reply_stall_s = reply_stall_s
         self.on_refused = on_refused or (lambda what: None)
         self.connections: set[LoopConnection] = set()
         self._per_address: dict[str, int] = {}
@@ -248,6 +252,7 @@ class LoopGrpcServer:
         self._waiting: deque[LoopConnection] = deque()  # paused for the in-flight budget, in order
         self.closed_by: dict[str, int] = {}  # connections this server closed, by reason (tests, logs)
         self.refused_streams = 0
+        self.stalled_replies = 0  # replies given up after reply_stall_s (tests, logs)
         self.log_limiter = RateLimitedLog(10.0)
         self._tick_s = max(0.05, min(MAX_TICK_S, frame_timeout_s / 4, idle_timeout_s / 4))
         self._ticker: asyncio.Task | None = None
@@ -855,11 +860,12 @@ class LoopConnection(asyncio.Protocol):
             else:
                 self._write_parts(parts)
             if self.write_paused and not self.closed:
-                await self._writable.wait()
+                await self._wait_or_stall(stream, self._writable, time.monotonic())
             return
         prefix = _PREFIX.pack(0, size)
         message = memoryview(prefix + wire) if size < 1 << 16 else None
         view = memoryview(wire)
+        stalled: float | None = None  # since when the client's windows have held this reply back
         sent = 0  # of the message with its prefix
         while sent < total:
             if self.closed or stream.cancelled:
@@ -869,9 +875,11 @@ class LoopConnection(asyncio.Protocol):
                 if parts:
                     self._write_parts(parts)
                     parts = []
-                self._window_open.clear()
-                await self._window_open.wait()
+                if stalled is None:
+                    stalled = time.monotonic()
+                await self._wait_or_stall(stream, self._window_open, stalled)
                 continue
+            stalled = None
             while avail > 0 and sent < total:
                 n = min(avail, self.peer_max_frame, total - sent)
                 parts.append(_frame_head(n, DATA, 0, stream.id))
@@ -889,13 +897,42 @@ class LoopConnection(asyncio.Protocol):
             if self.write_paused:
                 self._write_parts(parts)
                 parts = []
-                await self._writable.wait()
+                await self._wait_or_stall(stream, self._writable, time.monotonic())
         if parts:
             self._write_parts(parts)
         if self.write_paused and not self.closed:
-            await self._writable.wait()
+            await self._wait_or_stall(stream, self._writable, time.monotonic())
         if end:
             self._end(stream, OK)
+
+    async def _wait_or_stall(self, stream: _Stream, event: asyncio.Event, since: float) -> None:
+        """Wait for ``event`` (window granted, or the socket writable again); a reply held back for
+        ``reply_stall_s`` since ``since`` is given up: a stream the client grants no window is reset
+        (CANCEL), a connection whose client does not read its socket is closed. Either way the reply's
+        bytes and its budgets are released (the handler sees ``ConnectionError``)."""
+        if event is self._window_open:
+            event.clear()
+        left = since + self.server.reply_stall_s - time.monotonic()
+        if left > 0:
+            try:
+                await asyncio.wait_for(event.wait(), left)
+                return
+            except TimeoutError:
+                pass
+        srv = self.server
+        srv.stalled_replies += 1
+        stream.cancelled = True  # nobody to answer: the handler ends quietly
+        if event is self._writable:
+            srv.warn("reply_stall_socket", "closing the connection of {}: it read no reply bytes for {} s "
+                     "([grpc_loop_config] reply_stall_timeout_sec)", self.peer, srv.reply_stall_s)
+            self.close("reply stall")
+        else:
+            srv.warn("reply_stall_window", "reset a reply to {}: no HTTP/2 window granted for {} s "
+                     "([grpc_loop_config] reply_stall_timeout_sec)", self.peer, srv.reply_stall_s)
+            if self.transport is not None and not self.closed:
+                self.transport.write(_frame(RST_STREAM, 0, stream.id, _U32.pack(CANCEL)))
+            self._drop(stream, cancel_task=False)
+        raise ConnectionError("the client took no reply bytes for reply_stall_timeout_sec")
 
     def _write_parts(self, parts: list[bytes | memoryview]) -> None:
         if self.transport is not None and not self.closed:

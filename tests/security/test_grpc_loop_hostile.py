@@ -202,6 +202,7 @@ class Harness:
         self.cancelled = 0
         self.gate = asyncio.Event()  # Block's handlers wait on it
         self.written = asyncio.Event()  # Big's handler returned from its write
+        self.write_failed = 0  # Big's write raised (its reply was given up)
         self.refused: list[str] = []
         self.peers: list[Peer] = []
         methods = {
@@ -226,7 +227,11 @@ class Harness:
 
     async def _big(self, req: pb.RequireBufferRequest, ctx: LoopContext) -> None:
         self.entered += 1
-        await ctx.write(pb.GetLocalShuffleDataResponse(data=BIG_REPLY))
+        try:
+            await ctx.write(pb.GetLocalShuffleDataResponse(data=BIG_REPLY))
+        except ConnectionError:
+            self.write_failed += 1
+            raise
         self.written.set()
 
     async def peer(self, *, preface: bool = True, settings: tuple[tuple[int, int], ...] = (),
@@ -570,6 +575,22 @@ async def test_reply_waits_for_the_clients_window(h: Harness):
     assert struct.unpack(">BI", wire[:5]) == (0, len(wire) - 5)
     assert pb.GetLocalShuffleDataResponse.FromString(wire[5:]).data == BIG_REPLY
     await poll_until(h.written.is_set, timeout=5)
+    await h.sane()
+
+
+async def test_a_reply_held_back_by_the_client_is_given_up(make: Callable[..., Awaitable[Harness]]):
+    """A client that grants a 4 MiB reply no window: after reply_stall_s the stream is reset (CANCEL), the
+    handler's write raises (so its reply budgets are released) and the connection serves on."""
+    h = await make(reply_stall_s=0.5)
+    p = await h.peer(settings=((S_INITIAL_WINDOW_SIZE, 1000),))
+    start = time.monotonic()
+    sid = p.call(BIG, request())
+    r = await p.reply(sid, timeout=10)
+    assert r.rst == CANCEL and r.status is None
+    assert time.monotonic() - start >= 0.5
+    await poll_until(lambda: h.write_failed == 1, timeout=5)
+    assert not h.written.is_set() and h.server.stalled_replies == 1
+    assert (await p.reply(p.call(ECHO, request()))).status == 0
     await h.sane()
 
 
