@@ -41,7 +41,8 @@ What it speaks (RFC 9113 and grpc/grpc "PROTOCOL-HTTP2"), and what it refuses:
   them elsewhere), lets calls in progress finish for ``grace`` seconds, then cancels and closes.
 
 Not covered: TLS, compression, client or bidirectional streaming, server push, HTTP/1.1 upgrade.
-Headers are decoded by ``hpack.Decoder`` (its table bounded by our SETTINGS_HEADER_TABLE_SIZE);
+Headers are decoded by ``protocol.header_block.HeaderDecoder`` (its table bounded by our
+SETTINGS_HEADER_TABLE_SIZE; 4-7x faster than ``hpack.Decoder``, which it is tested against);
 answers use only the static table and literals without indexing, so the client's table size
 never matters.
 """
@@ -56,10 +57,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-import hpack
 from loguru import logger
 
 from riffle_actors.log import RateLimitedLog
+from riffle_actors.protocol.header_block import HeaderBlockError, HeaderDecoder, HeaderListTooLarge
 from riffle_actors.transport.listen import create_tcp_server
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -372,8 +373,7 @@ class LoopConnection(asyncio.Protocol):
         self.buf = bytearray()
         self.preface_seen = False
         self.settings_seen = False
-        self.decoder = hpack.Decoder(max_header_list_size=server.max_header_list_bytes)
-        self.decoder.max_allowed_table_size = HEADER_TABLE_BYTES
+        self.decoder = HeaderDecoder(HEADER_TABLE_BYTES, server.max_header_list_bytes)
         self.streams: dict[int, _Stream] = {}
         self.last_stream_id = 0  # the highest stream id the client opened
         self.header_block: bytearray | None = None  # a HEADERS block waiting for its CONTINUATION frames
@@ -665,11 +665,11 @@ class LoopConnection(asyncio.Protocol):
         self._check_block_size(len(block))
         stream_id, flags = self.header_stream, self.header_flags
         try:
-            fields = self.decoder.decode(block, raw=True)
-        except hpack.OversizedHeaderListError:
+            fields = self.decoder.decode(block)
+        except HeaderListTooLarge:
             raise ConnectionProblem(ENHANCE_YOUR_CALM, f"a header list above {self.server.max_header_list_bytes} "
                                                        f"bytes ([grpc_loop_config] max_header_list_bytes)") from None
-        except (hpack.HPACKError, ValueError, IndexError) as e:  # hpack raises a few plain errors too
+        except HeaderBlockError as e:
             raise ConnectionProblem(COMPRESSION_ERROR, f"undecodable header block: {e}") from None
         stream = self.streams.get(stream_id)
         if stream is not None:  # trailers from the client: only as the end of its request
