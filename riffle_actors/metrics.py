@@ -419,6 +419,9 @@ class Metrics:
         self.recovery_foreign = Counter("riffle_recovery_foreign_entries", "entries under the data paths the restart "
                                         "recovery left alone (symlinks, FIFOs, devices, names the server never "
                                         "writes)", registry=r)
+        self.hdfs_lost_bytes = Counter(
+            "riffle_hdfs_lost_bytes", "acknowledged bytes an HDFS file no longer held once lease recovery closed it "
+            "after a failed write (each case is logged as an error)", registry=r)
         self.spill_tier_choices = Counter(
             "riffle_spill_tier_choices", "tier chosen per spill attempt and why (store_type with HDFS): reason "
             "huge_partition, cold_threshold, no_healthy_disk, memory_hdfs, localfile, no_remote_storage; "

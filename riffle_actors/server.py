@@ -353,6 +353,7 @@ class ShuffleServer:
             write_timeout_s=hc.write_timeout_sec, health=HdfsHealth(hc.unhealthy_retry_interval_sec),
             # the only bases this server writes to or connects to (the clients' paths are checked against it)
             allowed=AllowedRemoteStorages((b.path, b.conf) for b in hc.remote_storage),
+            on_lost=self.metrics.hdfs_lost_bytes.inc,
         ) if cfg.store_type.has_hdfs else None
         self.app_limits = AppLimits(max_shuffles=ac.shuffle_number_max_limit,
                                     max_partitions=ac.partition_number_max_limit,

@@ -17,6 +17,11 @@ stuck in it must never share a file with a new write. The abandoned files are cl
 recovery once a write succeeds again: one request per file per round, the next round
 ``LEASE_RECOVERY_RETRY_S`` later on the server's timer (``RetryLeaseRecovery``; no thread waits
 between two tries), at most ``LEASE_RECOVERY_ROUNDS`` rounds until the next successful write.
+A file whose timed-out call is still running is not recovered before that call has ended: the
+call may still reach the NameNode and reopen the file for append, and a file left open that way
+hides its acknowledged bytes from readers (its last block stays under construction). The end of
+such a call starts a round of its own. A recovered file shorter than what was acknowledged in it
+is counted (``lost_bytes``, the ``riffle_hdfs_lost_bytes`` metric) and logged as an error.
 
 The write is acknowledged (``HdfsWritten``) only once both files are closed; until then the
 batch is the SpillDispatcher's, still in memory, and a failure, a timeout or the actor's
@@ -66,7 +71,15 @@ from riffle_actors.protocol.hdfs_layout import (
 )
 from riffle_actors.protocol.index import build_index
 from riffle_actors.records import Block
-from riffle_actors.runtime import Actor, ActorDeadError, ActorRef, Clock, Schedule, SystemClock
+from riffle_actors.runtime import (
+    Actor,
+    ActorDeadError,
+    ActorRef,
+    Clock,
+    MailboxFullError,
+    Schedule,
+    SystemClock,
+)
 from riffle_actors.state.tier_policy import HdfsHealth, Tier, TierReason, TierRules, choose_tier
 
 _FENCE_LIMIT = 10_000
@@ -128,8 +141,9 @@ class HdfsStats:
     healthy: bool
     last_error: str
     writes_in_flight: int
-    pending_recoveries: int = 0  # abandoned file pairs whose lease recovery has not finished
+    pending_recoveries: int = 0  # abandoned files whose lease recovery has not finished
     remote_storage_refused: int = 0  # registrations (and recovered apps) naming a base not allowed
+    lost_bytes: int = 0  # acknowledged bytes that abandoned files no longer held once recovered
 
 
 # ---------------------------------------------------------------------------- resources
@@ -235,7 +249,8 @@ class _Slot:
     index: int
     retry: int = 0
     created: bool = False
-    data_len: int = 0
+    data_len: int = 0   # bytes of the data file acknowledged so far
+    index_len: int = 0  # bytes of the index file acknowledged so far
 
 
 @dataclass(eq=False)
@@ -243,6 +258,15 @@ class _PartitionFiles:
     slots: list[_Slot]
     free: list[int]
     sem: asyncio.Semaphore
+
+
+@dataclass(eq=False, slots=True)
+class _Abandoned:
+    """A file a write failed on: lease recovery closes it, then its length is checked."""
+
+    remote: RemoteStorage
+    acked_len: int  # bytes acknowledged in it before the failed write
+    call: asyncio.Future | None  # the failed write's thread call, while it may still run
 
 
 @dataclass(eq=False)
@@ -266,9 +290,11 @@ class HdfsResources:
     write_failures: int = 0
     new_file_pairs: int = 0
     files_purged: int = 0
-    # abandoned files (a write to them failed) -> their remote storage: their lease is recovered once
-    # HDFS works again, so the bytes acknowledged before the failure become readable again
-    recoveries: dict[str, RemoteStorage] = field(default_factory=dict)
+    # abandoned files (a write to them failed): their lease is recovered once HDFS works again (and
+    # the failed call has ended), so the bytes acknowledged before the failure become readable again
+    recoveries: dict[str, _Abandoned] = field(default_factory=dict)
+    lost_bytes: int = 0  # acknowledged bytes missing from abandoned files once recovered
+    on_lost: Callable[[int], None] | None = None  # metrics hook: acknowledged bytes found missing
     recovering: bool = False
     recovery_rounds: int = 0  # lease recovery rounds since the last successful write started them
     app_bytes: Counter = field(default_factory=Counter)        # app -> bytes written to HDFS
@@ -307,7 +333,10 @@ class HdfsResources:
 
 @dataclass(frozen=True, slots=True)
 class RetryLeaseRecovery:
-    """Told by the timer: another round of lease recovery of the abandoned files still leased."""
+    """Told by the timer: another round of lease recovery of the abandoned files still leased;
+    ``call_ended``: told when a failed write's call ended (its files can be recovered now)."""
+
+    call_ended: bool = False
 
 
 #: A round of lease recovery asks the NameNode once per abandoned file; the files it has not closed yet
@@ -362,7 +391,9 @@ class HdfsWriterActor(Actor):
                 for key in [k for k in self.res.fenced if k[0] == app_id]:
                     del self.res.fenced[key]
                 return None
-            case RetryLeaseRecovery():
+            case RetryLeaseRecovery(call_ended=call_ended):
+                if call_ended:
+                    self.res.recovery_rounds = 0  # a round for the file that call held, however many ran
                 if self.res.recoveries and not self.res.recovering:
                     self.spawn(self._recover())
                 return None
@@ -371,7 +402,7 @@ class HdfsWriterActor(Actor):
                 return HdfsStats(len(r.remotes), r.written_bytes, r.writes, r.write_failures, r.new_file_pairs,
                                  r.files_purged, r.health.healthy(self.system.clock.monotonic()),
                                  r.health.last_error, sum(len(s) for s in r.inflight.values()),
-                                 len(r.recoveries), r.allowed.refused)
+                                 len(r.recoveries), r.allowed.refused, r.lost_bytes)
             case _:
                 raise TypeError(f"unexpected message {msg!r}")
 
@@ -396,6 +427,7 @@ class HdfsWriterActor(Actor):
                 slot = pf.slots[pf.free.pop()]
                 ok = False
                 pair = None  # the pair an append was started on
+                fut: asyncio.Future | None = None
                 try:
                     for _ in range(_MAX_NAME_PROBES):
                         if res.is_fenced(msg.app_id, msg.shuffle_id, msg.epoch):
@@ -423,6 +455,7 @@ class HdfsWriterActor(Actor):
                         offset = slot.data_len
                         slot.created = True
                         slot.data_len += data_len
+                        slot.index_len += len(index_bytes)
                         ok = True
                         res.written_bytes += data_len
                         res.writes += 1
@@ -443,31 +476,54 @@ class HdfsWriterActor(Actor):
                         # the pair may be leased, half written or still written by a stuck thread: it is
                         # never written again, and its lease is recovered (the acknowledged part of the
                         # data file is not readable while the failed append keeps its last block open)
-                        res.recoveries[pair.data] = res.recoveries[pair.index] = remote
+                        call = fut if fut is not None and not fut.done() else None
+                        res.recoveries[pair.data] = _Abandoned(remote, slot.data_len, call)
+                        res.recoveries[pair.index] = _Abandoned(remote, slot.index_len, call)
+                        if call is not None:
+                            call.add_done_callback(self._call_ended)
                         slot.retry += 1
                         slot.created = False
-                        slot.data_len = 0
+                        slot.data_len = slot.index_len = 0
                         res.new_file_pairs += 1
                     pf.free.append(slot.index)
 
+    def _call_ended(self, _call: asyncio.Future) -> None:
+        """A failed write's thread call ended (on the loop): its files may be recovered now."""
+        try:
+            self.ref.tell_nowait(RetryLeaseRecovery(call_ended=True))
+        except (ActorDeadError, MailboxFullError):  # the next successful write starts a round
+            logger.debug("HDFS writer cannot take the lease recovery round of an ended call now")
+
     async def _recover(self) -> None:
-        """One round: one lease recovery request per abandoned file; a round for those still leased is
-        scheduled on the timer (``LEASE_RECOVERY_RETRY_S``, at most ``LEASE_RECOVERY_ROUNDS`` rounds)."""
+        """One round: one lease recovery request per abandoned file whose failed call has ended; a
+        round for those still leased (or still held by their call) is scheduled on the timer
+        (``LEASE_RECOVERY_RETRY_S``, at most ``LEASE_RECOVERY_ROUNDS`` rounds)."""
         res = self.res
         res.recovering = True
         res.recovery_rounds += 1
         loop = asyncio.get_running_loop()
         try:
-            for path, remote in list(res.recoveries.items()):
+            for path, ab in list(res.recoveries.items()):
+                if ab.call is not None and not ab.call.done():
+                    continue  # the call may still reopen the file: recovered after it ended (``_call_ended``)
                 try:
-                    done = await asyncio.wait_for(loop.run_in_executor(
-                        res.pool, _recover_lease, res.io, remote, path), res.write_timeout_s)
+                    done, length = await asyncio.wait_for(loop.run_in_executor(
+                        res.pool, _recover_lease, res.io, ab.remote, path), res.write_timeout_s)
                 except Exception as e:  # noqa: BLE001 - tried again after the next successful write
                     logger.warning("HDFS lease recovery of {} failed: {!r}", path, e)
                     return
                 if done:
                     res.recoveries.pop(path, None)
-                    logger.info("HDFS file {} closed by lease recovery after a failed write", path)
+                    if length < ab.acked_len:
+                        lost = ab.acked_len - max(length, 0)
+                        res.lost_bytes += lost
+                        if res.on_lost is not None:
+                            res.on_lost(lost)
+                        logger.error("HDFS file {} holds {} of the {} bytes acknowledged in it after lease recovery: "
+                                     "{} acknowledged bytes lost (riffle_hdfs_lost_bytes)", path,
+                                     "none" if length < 0 else length, ab.acked_len, lost)
+                    else:
+                        logger.info("HDFS file {} closed by lease recovery after a failed write", path)
         finally:
             res.recovering = False
         if res.recoveries and res.recovery_rounds < LEASE_RECOVERY_ROUNDS:
@@ -533,8 +589,12 @@ def _append(io: HdfsIO, remote: RemoteStorage, pair, data, index: bytes, create:
     return True
 
 
-def _recover_lease(io: HdfsIO, remote: RemoteStorage, path: str) -> bool:
-    return io.recover_lease(io.client(remote.fs_url, remote.conf), path)
+def _recover_lease(io: HdfsIO, remote: RemoteStorage, path: str) -> tuple[bool, int]:
+    """(closed, its length once closed: -1 when the file is gone, 0 while not closed)."""
+    client = io.client(remote.fs_url, remote.conf)
+    if not io.recover_lease(client, path):
+        return False, 0
+    return True, io.file_length(client, path)
 
 
 def _remove_made(io: HdfsIO, files: list, dirs: list, recovered: list, server_id: str) -> int:

@@ -134,6 +134,13 @@ class HdfsIO:
         except FileNotFoundError:
             return True
 
+    def file_length(self, client, path: str) -> int:
+        """The length the NameNode gives ``path`` (its complete blocks), -1 when it does not exist."""
+        try:
+            return int(client.get_file_info(path).length)
+        except FileNotFoundError:
+            return -1
+
     def exists(self, client, path: str) -> bool:
         try:
             client.get_file_info(path)

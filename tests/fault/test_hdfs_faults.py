@@ -220,3 +220,132 @@ async def test_stuck_or_crashed_writer_loses_nothing_and_is_restarted(tmp_path, 
     finally:
         io.release()
         await stop_server(srv)
+
+
+class LateReopenHdfsIO(HdfsIO):
+    """The first append after ``arm()`` is a call that reaches the NameNode late: it waits until
+    ``release()``, then reopens the data file for append, writes, and leaves it open (its close failed),
+    so the file's last block stays under construction until its lease is recovered."""
+
+    def __init__(self):
+        super().__init__()
+        self.armed = False
+        self.stuck = threading.Event()
+        self.go = threading.Event()
+        self.left_open = threading.Event()
+
+    def arm(self):
+        self.armed = True
+
+    def release(self):
+        self.go.set()
+
+    def append_pair(self, client, pair, data, index, create):
+        if not self.armed:
+            return super().append_pair(client, pair, data, index, create)
+        self.armed = False
+        self.stuck.set()
+        self.go.wait(60)
+        w = client.append(pair.data)
+        for chunk in data:
+            w.write(chunk)
+        import io as _io
+        _io.RawIOBase.close(w)  # abandoned without closing it on the NameNode
+        self.left_open.set()
+        raise OSError("the pipeline failed before the file was closed")
+
+
+async def test_timed_out_write_that_reopens_its_file_later_is_recovered_after_it_ends(tmp_path, hdfs):
+    """A write that times out may still reach the NameNode: its file is recovered only after that call ended,
+    so no file is left open (hiding the bytes acknowledged in it) once recovery reports nothing pending."""
+    remote = f"{hdfs.url}/rss"
+    io = LateReopenHdfsIO()
+    cfg = fault_config(tmp_path, store_type="MEMORY_LOCALFILE_HDFS",
+                       hybrid_store={"memory_single_buffer_max_spill_size": "128K",
+                                     "memory_spill_to_cold_threshold_size": 0},
+                       hdfs_store={"write_timeout_sec": 3, "unhealthy_retry_interval_sec": 0,
+                                   "partition_write_max_concurrency": 1, "remote_storage": [{"path": remote}]})
+    srv = ShuffleServer(cfg, hdfs_io=io)
+    await srv.start()
+    written = []
+    try:
+        async with UniffleClient(f"127.0.0.1:{srv.grpc_port}") as client:
+            await client.register_shuffle(APP, 0, PARTITIONS, remote_storage=remote)
+            await send_rounds(client, 2, written)
+            await flush(srv)
+            assert (await srv.hdfs.ask(GetHdfsStats())).writes == 2  # a file pair per partition
+            io.arm()
+            await send_rounds(client, 2, written, start=2)
+            await flush(srv)  # one write timed out: its batch went local, its pair is abandoned
+            assert io.stuck.is_set()
+            await send_rounds(client, 2, written, start=4)
+            await flush(srv)  # HDFS works: a round of lease recovery runs
+            stats = await srv.hdfs.ask(GetHdfsStats())
+            assert stats.write_failures == 1 and stats.writes > 2, stats
+            assert stats.pending_recoveries == 2, "the files of a call still running were recovered"
+            io.release()
+            await poll_until(io.left_open.is_set, 30, message="the late call did not run")
+            async def recovered():
+                return (await srv.hdfs.ask(GetHdfsStats())).pending_recoveries == 0
+            await poll_until(recovered, 60, message="the file the late call left open was not recovered")
+            n_local, n_hdfs = await read_back(srv, client, remote, written)
+            assert n_local + n_hdfs == len(written) and n_local > 0 and n_hdfs > 0
+            assert (await srv.hdfs.ask(GetHdfsStats())).lost_bytes == 0
+    finally:
+        io.release()
+        await stop_server(srv)
+
+
+class ShortAfterRecoveryHdfsIO(HdfsIO):
+    """The first append after ``arm()`` fails; once recovered, its files are reported empty (as if lease
+    recovery had kept none of the acknowledged bytes)."""
+
+    def __init__(self):
+        super().__init__()
+        self.armed = False
+        self.failed: set[str] = set()
+
+    def append_pair(self, client, pair, data, index, create):
+        if self.armed:
+            self.armed = False
+            self.failed.update(pair)
+            raise OSError(errno.EIO, "injected append failure")
+        return super().append_pair(client, pair, data, index, create)
+
+    def file_length(self, client, path):
+        return 0 if path in self.failed else super().file_length(client, path)
+
+
+async def test_acknowledged_bytes_missing_after_lease_recovery_are_counted(tmp_path, hdfs):
+    remote = f"{hdfs.url}/rss"
+    io = ShortAfterRecoveryHdfsIO()
+    cfg = fault_config(tmp_path, store_type="MEMORY_LOCALFILE_HDFS",
+                       hybrid_store={"memory_single_buffer_max_spill_size": "128K",
+                                     "memory_spill_to_cold_threshold_size": 0},
+                       hdfs_store={"write_timeout_sec": 10, "unhealthy_retry_interval_sec": 0,
+                                   "partition_write_max_concurrency": 1, "remote_storage": [{"path": remote}]})
+    srv = ShuffleServer(cfg, hdfs_io=io)
+    await srv.start()
+    try:
+        async with UniffleClient(f"127.0.0.1:{srv.grpc_port}") as client:
+            await client.register_shuffle(APP, 0, PARTITIONS, remote_storage=remote)
+            await send_rounds(client, 2, [])
+            await flush(srv)
+            first = await srv.hdfs.ask(GetHdfsStats())
+            io.armed = True
+            await send_rounds(client, 2, [], start=2)
+            await flush(srv)
+            await send_rounds(client, 2, [], start=4)
+            await flush(srv)
+
+            async def recovered():
+                return (await srv.hdfs.ask(GetHdfsStats())).pending_recoveries == 0
+            await poll_until(recovered, 60, message="the abandoned files were not recovered")
+            stats = await srv.hdfs.ask(GetHdfsStats())
+            # the failed pair held one partition's first write: 2 rounds of 2 blocks of 48 KiB, 4 index records
+            assert stats.write_failures == 1 and first.written_bytes == 8 * (48 << 10)
+            assert stats.lost_bytes == 4 * (48 << 10) + 4 * 40, stats
+            text = srv.metrics.render().decode()
+            assert f"riffle_hdfs_lost_bytes_total {float(stats.lost_bytes)}" in text
+    finally:
+        await stop_server(srv)
