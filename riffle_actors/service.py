@@ -77,7 +77,7 @@ from riffle_actors.protocol.crc import BadBlock, find_bad_block
 from riffle_actors.protocol.errors import ProtocolError
 from riffle_actors.protocol.index import shift_offsets
 from riffle_actors.records import Block, BlockBatch
-from riffle_actors.runtime import ActorDeadError, ActorRef
+from riffle_actors.runtime import ActorDeadError, ActorRef, Forward, MailboxFullError
 from riffle_actors.state.buffer import BLOCK_OVERHEAD_BYTES
 from riffle_actors.state.disk_health import DiskHealthBoard
 from riffle_actors.state.integrity import CorruptBlock, IntegrityLedger
@@ -120,12 +120,6 @@ def _checked_reports(p2b: Iterable[tuple[int, Sequence[int]]]):
 
 _CRC_ON_LOOP_BYTES = 8 << 20  # sends up to this size are checked on the loop (~1 ms with ISA-L), bigger ones
 # on a thread (the CRC releases the GIL): a 64 MB send would hold the loop ~7 ms, a loaded box more
-
-
-def _consume_exception(fut: asyncio.Future) -> None:
-    """Mark a shielded task's failure as seen (its RPC may have been cancelled meanwhile)."""
-    if not fut.cancelled():
-        fut.exception()
 
 
 class ShuffleService:
@@ -240,11 +234,7 @@ class ShuffleService:
             bad = await self._find_bad_block(partitions, data_bytes)
             if bad is not None:
                 await self._refuse_corrupt_send(app_id, ticket_id, partitions, bad)
-        # shielded: a cancelled RPC (client deadline) must not strand a taken ticket's reservation
-        inner = asyncio.ensure_future(self._take_ticket_and_append(app, app_id, shuffle_id, ticket_id, partitions,
-                                                                   needed))
-        inner.add_done_callback(_consume_exception)
-        accepted = await asyncio.shield(inner)
+        accepted = await self._take_ticket_and_append(app, app_id, shuffle_id, ticket_id, partitions, needed)
         self.metrics.received_bytes.inc(data_bytes)
         if self.integrity.has_pending(app_id):  # blocks refused earlier for a crc mismatch: resent?
             repaired = self.integrity.on_accepted(app_id, (bid for batch in partitions for bid in batch.block_ids))
@@ -283,26 +273,36 @@ class ShuffleService:
 
     async def _take_ticket_and_append(self, app: ActorRef, app_id: str, shuffle_id: int, ticket_id: int,
                                       partitions: tuple[BlockBatch, ...], needed: int) -> int:
-        try:
-            # a send carrying more than its ticket reserved is refused there (the ticket is spent, its
-            # reservation back, nothing stored): memory could grow past its capacity otherwise
-            ticket_size = await self.memory.ask(TakeTicket(ticket_id=ticket_id, app_id=app_id, needed=needed))
-        except TicketExceededError:
-            self.metrics.oversized_sends.inc()
-            raise
+        """One ask: the MemoryManager takes the ticket (a send carrying more than it reserved is refused
+        there: the ticket is spent, its reservation back, nothing stored), funds the send's ``SendTicket``
+        and hands the ``AppendBlocks`` on to the app's actor, whose answer is the reply."""
         # the partitions convert the ticket into used memory (its Commits) as their blocks become readable
-        ticket = SendTicket(app_id, ticket_size)
+        ticket = SendTicket(app_id, 0)
+        take = TakeTicket(ticket_id=ticket_id, app_id=app_id, needed=needed, fund=ticket,
+                          then=Forward(app, AppendBlocks(shuffle_id=shuffle_id, partitions=partitions, ticket=ticket)))
         try:
-            return await app.ask(AppendBlocks(shuffle_id=shuffle_id, partitions=partitions,
-                                              ticket_size=ticket_size, ticket=ticket))
+            reply = self.memory.ask_nowait(take)
+        except MailboxFullError:  # not in practice (a million messages): wait for room
+            reply = asyncio.ensure_future(self.memory.ask(take))
+        reply.add_done_callback(lambda done: self._send_ended(done, ticket))
+        try:
+            # shielded: a cancelled RPC (client deadline) must not strand a taken ticket's reservation
+            return await asyncio.shield(reply)
         except ActorDeadError:
-            # what no partition turned into used memory is ours to give back (all of it if never processed)
-            tell_commit(self.memory, ticket.release_rest())
+            if app.is_alive:
+                raise
             raise NoRegisterError(f"app {app_id!r} was removed") from None
-        except Exception:
-            # the app crashed on this message: the same (release_rest is idempotent)
-            tell_commit(self.memory, ticket.release_rest())
-            raise
+
+    def _send_ended(self, reply: asyncio.Future, ticket: SendTicket) -> None:
+        """A send's ask ended (whether or not its RPC still waits): on a failure, what no partition turned
+        into used memory goes back (all of the ticket if the append never ran; ``release_rest`` is
+        idempotent, the AppActor may have given it back already)."""
+        exc = None if reply.cancelled() else reply.exception()
+        if exc is None and not reply.cancelled():
+            return
+        if isinstance(exc, TicketExceededError):
+            self.metrics.oversized_sends.inc()
+        tell_commit(self.memory, ticket.release_rest())
 
     async def report_shuffle_result(self, app_id: str, shuffle_id: int, task_attempt_id: int,
                                     partition_to_block_ids: Iterable[tuple[int, Sequence[int]]]) -> int:

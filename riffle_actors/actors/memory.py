@@ -6,7 +6,8 @@ is its one owner: it routes each message to the ledger and carries out what come
 ``SpillRound`` becomes a ``SpillLargest`` told to the AppManager, one round at a time).
 requireBuffer reserves bytes and issues a one-shot ticket (``RequireBuffer``, forwarded by the
 AppActor after its checks: one ask per requireBuffer); sendShuffleData takes the ticket
-(``TakeTicket``, refused when the send needs more than it reserved), and its ``SendTicket``
+(``TakeTicket``, refused when the send needs more than it reserved) and is handed on to its AppActor
+in the same step (one ask per send), and its ``SendTicket``
 (``riffle_actors.state.send``) turns the reservation into used bytes once the blocks are in partition
 buffers (``CommitTicket``). Tickets not used in time are released by ``ExpireTickets`` (told by the
 timer). With ``[hybrid_store] sensitive_watermark_spill_enable`` (Riffle's "sensitive" mode) the
@@ -36,9 +37,10 @@ from typing import Any
 from loguru import logger
 
 from riffle_actors.errors import NoBufferError, RiffleError
-from riffle_actors.runtime import Actor, ActorDeadError, ActorRef, Clock, MailboxFullError
+from riffle_actors.runtime import Actor, ActorDeadError, ActorRef, Clock, Forward, MailboxFullError
 from riffle_actors.state.budget import BudgetSnapshot, MemoryBudget
 from riffle_actors.state.memory_ledger import SPILL_ROUND_TIMEOUT_S, MemoryLedger, SpillRound
+from riffle_actors.state.send import SendTicket
 from riffle_actors.state.tickets import TicketBook
 
 
@@ -56,12 +58,18 @@ class RequireBuffer:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TakeTicket:
     """A send takes its ticket: the bytes it reserved (refused when the send ``needed`` more; with
-    ``release`` the reservation goes back at once: the send is refused anyway)."""
+    ``release`` the reservation goes back at once: the send is refused anyway).
+
+    With ``fund`` and ``then`` (sendShuffleData: one ask for the ticket and the append): the ticket's
+    size goes into ``fund`` (the send's ``SendTicket``) and the ask is handed on as ``then`` (the
+    ``AppendBlocks`` to the app's actor, which answers it); without, the answer is the size."""
 
     ticket_id: int
     app_id: str
     needed: int | None = None
     release: bool = False
+    fund: SendTicket | None = None
+    then: Forward | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,8 +186,13 @@ class MemoryManagerActor(Actor):
                     self._spill(ledger.spill(force=True))
                     raise
                 return ticket_id if split is None else BufferGrant(ticket_id, split)
-            case TakeTicket(ticket_id=ticket_id, app_id=app_id, needed=needed, release=release):
-                return ledger.take(ticket_id, app_id, needed, release)
+            case TakeTicket(ticket_id=ticket_id, app_id=app_id, needed=needed, release=release, then=then):
+                size = ledger.take(ticket_id, app_id, needed, release)
+                if then is None:
+                    return size
+                if msg.fund is not None:
+                    msg.fund.fund(size)  # from here the send's ticket gives back what no partition uses
+                return then
             case MarkInFlight(app_id=app_id, size=size):
                 ledger.mark_in_flight(app_id, size)
             case ReleaseMemory(app_id=app_id, size=size, was_in_flight=was_in_flight):

@@ -167,6 +167,14 @@ class ActorRef:
             # until the cyclic garbage collector happens to run
             del reply, msg
 
+    def ask_nowait(self, msg: Any) -> asyncio.Future[Any]:
+        """Send ``msg`` as an ask and return its reply future, without waiting: ``MailboxFullError`` at
+        capacity, ``ActorDeadError`` if stopped. The future gets what ``ask`` would return or raise; the
+        caller must not cancel it while the actor may still answer (an ``asyncio.shield`` keeps it)."""
+        reply: asyncio.Future[Any] = self._cell.loop.create_future()
+        self._mailbox.put_nowait((msg, reply))
+        return reply
+
     def tell_threadsafe(self, msg: Any) -> None:
         """Tell from another thread (for example an executor completing IO).
 

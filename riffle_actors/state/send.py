@@ -1,7 +1,8 @@
 """SendTicket and BufferAdmission: a send's settlement and requireBuffer's partition checks, as pure state.
 
 ``SendTicket`` is one sendShuffleData's reservation on its way to used memory. The ShuffleService
-makes it once the MemoryManager gave it the taken ticket's size (``MemoryLedger.take``); the
+makes it empty; the MemoryManager ``fund``s it with the taken ticket's size (``MemoryLedger.take``) and
+hands the send on to the AppActor in the same step (``TakeTicket.then``, a runtime ``Forward``); the
 AppActor ``expect``s the parts it routes (one per partition with blocks) and registers it with the
 app's open sends; each PartitionActor calls ``part_done(offered, accepted)`` once its part is
 readable. Nothing here tells anything: every method returns a ``Commit`` instruction (ticket bytes
@@ -61,6 +62,11 @@ class SendTicket:
         self._used = 0  # accepted bytes not committed yet
         self._registry: set[SendTicket] | None = None
         self.complete = False  # every part expected came in before any release_rest: the reply is ``accepted``
+
+    def fund(self, size: int) -> None:
+        """The taken ticket's ``size``, set by the MemoryManager as it takes the ticket (before any part):
+        a ticket made before that (``SendTicket(app_id, 0)``) holds nothing to give back until then."""
+        self.unprocessed = size
 
     @property
     def settled(self) -> bool:

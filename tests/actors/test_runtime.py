@@ -446,3 +446,23 @@ async def test_a_forwarded_ask_is_answered_by_the_second_actor_and_its_failure_i
     with pytest.raises(ActorDeadError):  # the target's mailbox is closed: the reply fails at once
         await front.ask("c")
     assert await front.ask("self") == "here" and fwd.handled == 7
+
+
+async def test_ask_nowait_returns_the_reply_future_or_refuses_at_once(system: ActorSystem, poll: Poll) -> None:
+    gate = asyncio.Event()
+    gated = Gated(gate)
+    ref = await system.spawn(gated, "gated")  # mailbox of 2
+    first = ref.ask_nowait("a")  # taken by the receive, which waits for the gate
+    await poll(lambda: gated.active == 1)
+    queued = [ref.ask_nowait("b"), ref.ask_nowait("c")]
+    with pytest.raises(MailboxFullError):
+        ref.ask_nowait("d")
+    assert not first.done()
+    gate.set()
+    assert [await first, *[await f for f in queued]] == ["a", "b", "c"]
+    failed = ref.ask_nowait("boom")
+    with pytest.raises(RuntimeError, match="unexpected"):
+        await failed
+    await ref.stop()
+    with pytest.raises(ActorDeadError):
+        ref.ask_nowait("e")

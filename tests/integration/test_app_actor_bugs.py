@@ -101,3 +101,22 @@ async def test_a_type_error_in_the_app_actors_supervision_crashes_it_instead_of_
     assert history[-1]["app_id"] == BUGGY and "a bug in the handling" in history[-1]["reason"]
     monkeypatch.undo()
     await the_other_app_still_works(server, client)
+
+
+async def test_a_send_its_app_actor_crashes_on_gives_the_whole_ticket_back(server, client, monkeypatch):
+    """The ticket is taken and the append handed on in one ask (the MemoryManager forwards it to the app's
+    actor): when the actor crashes on it, the service gives back all of the reservation no partition used."""
+    other_bytes = await two_apps(server, client)
+
+    def buggy_append(self, msg):
+        raise TypeError("a bug in the append")
+
+    monkeypatch.setattr(AppActor, "_append", buggy_append)
+    blocks = make_blocks(1, 10, 2, 4000)
+    ticket = await client.require_buffer(BUGGY, 0, client.send_require_size(BUGGY, 0, blocks), [1])
+    assert server.budget.allocated > 0
+    resp = await client.stub.sendShuffleData(client.send_request(BUGGY, 0, ticket, blocks))
+    assert resp.status == StatusCode.INTERNAL_ERROR and "a bug in the append" in resp.retMsg, resp
+    await purged(server, other_bytes)  # allocated back to 0: the taken ticket's bytes went back
+    monkeypatch.undo()
+    await the_other_app_still_works(server, client)
