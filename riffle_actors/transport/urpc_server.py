@@ -49,6 +49,9 @@ One ``UrpcConnection`` (an ``asyncio.BufferedProtocol``) per TCP connection:
   (``max_reply_bytes``, shared with gRPC), where a read waits ``reply_wait_timeout_sec`` and is
   then answered NO_BUFFER. The write buffer's share is re-counted on every write, drain
   notification and tick.
+- Replies of one loop turn share a write: the first one schedules a flush at the end of the turn
+  (``call_soon``), which writes every reply the connection produced meanwhile with one call; its
+  reserved bytes stay held until then. Under load most replies share their turn with another.
 
 - GetLocalShuffleData replies go from the data file to the socket with ``sendfile`` (zero copies
   through Python): the disk actor opens the file (``ReadData(as_file=True)``), and a thread of the
@@ -359,6 +362,10 @@ class UrpcConnection(asyncio.BufferedProtocol):
         self._closed = False
         self._file_busy = False  # a sendfile reply is being written by a thread: hold other replies
         self._held: list[tuple[list, int]] = []  # (reply parts, their reserved bytes) waiting for _file_busy
+        # replies written during this loop turn, sent as one write at its end (``_flush``), with their
+        # reserved bytes (still held until then)
+        self._out: list = []
+        self._out_reserved = 0
         # timeouts (see tick): bytes received, frames received, when this connection last did anything
         self._rx = 0
         self._frames = 0
@@ -563,12 +570,25 @@ class UrpcConnection(asyncio.BufferedProtocol):
             self._parse()  # bytes that arrived before the pause
 
     def _write(self, parts: list, reserved: int = 0) -> None:
-        """Write a reply's frame; ``reserved``: its bytes' reservation, handed over to the write buffer."""
+        """Write a reply's frame; ``reserved``: its bytes' reservation, handed over to the write buffer.
+
+        The replies of one loop turn go out together: the first schedules ``_flush`` (``call_soon``), which
+        writes them all with one call, so requests answered in the same turn cost one send on the socket
+        (under load most replies share a turn with another on their connection)."""
         if self._file_busy:
             self._held.append((parts, reserved))
             return
-        if not self._closed and self.transport is not None and not self.transport.is_closing():
-            self.transport.writelines(parts)
+        if not self._out:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._out += parts
+        self._out_reserved += reserved
+
+    def _flush(self) -> None:
+        """Write the replies of this loop turn (``_write``) and hand their reservations to the write buffer."""
+        out, self._out = self._out, []
+        reserved, self._out_reserved = self._out_reserved, 0
+        if out and not self._closed and self.transport is not None and not self.transport.is_closing():
+            self.transport.writelines(out)
             self._last_active = time.monotonic()
         self._unreserve(reserved)
         self._sync_buffered()
@@ -683,7 +703,7 @@ class UrpcConnection(asyncio.BufferedProtocol):
         elif now - self._stall[1] > srv.sendfile_stall_s:
             return self._close_for("write_stall", f"the client read none of {size} bytes of replies for "
                                    f"{srv.sendfile_stall_s:g}s (sendfile_stall_timeout_sec)")
-        if arriving or self.tasks or size or self._file_busy or self._held:
+        if arriving or self.tasks or size or self._file_busy or self._held or self._out:
             return
         if self._frames == 0:
             if now - self._last_active > srv.frame_timeout_s:
@@ -715,6 +735,8 @@ class UrpcConnection(asyncio.BufferedProtocol):
         loop = asyncio.get_running_loop()
         t = self.transport
         fd = -1
+        if self._out:  # the replies written before this one go first
+            self._flush()
         if (srv.sendfile and not self._file_busy and not self._closed and t is not None and not t.is_closing()
                 and t.get_write_buffer_size() == 0):
             fd = self._socket_fd()
