@@ -27,7 +27,10 @@ What it speaks (RFC 9113 and grpc/grpc "PROTOCOL-HTTP2"), and what it refuses:
   (split by the client's windows and frame size; the handler's ``write`` returns once it is handed
   to the socket under the client's flow control), trailers with ``grpc-status`` and a
   percent-encoded ``grpc-message``; errors before a reply are "trailers-only". A handler's
-  exception is UNKNOWN (logged); it never reaches the connection.
+  exception is UNKNOWN (logged); it never reaches the connection. Everything a connection sends
+  during one loop turn (replies, window updates, settings and ping acks, resets) goes out in one
+  write at the end of the turn (``_send`` / ``_flush``), in order: calls answered in the same turn
+  share a socket send.
 - **Bounds.** ``max_connections`` and ``max_connections_per_address`` (more are closed at once,
   logged); request bytes received and not yet handled, over all connections, count against
   ``max_inflight_bytes``: above it connections stop reading until handlers finish (TCP pushes
@@ -388,6 +391,8 @@ class LoopConnection(asyncio.Protocol):
         self.paused_for_budget = False
         self.budget_mark = 0.0  # when it was last paused or resumed for the budget
         self.write_paused = False
+        self._out: list[bytes | memoryview] = []  # frames sent during this loop turn (``_send``), not written yet
+        self._out_bytes = 0
         self._window_open = asyncio.Event()
         self._writable = asyncio.Event()
         self._writable.set()
@@ -495,8 +500,8 @@ class LoopConnection(asyncio.Protocol):
                     return
         finally:
             payload = None  # no view of buf may outlive this call (buf is resized below)
-            if out and not self.closed and self.transport is not None:
-                self.transport.write(b"".join(out))
+            if out and not self.closed:
+                self._send(out)
         if pos < end:
             rest = bytes(view[pos:]) if not buf else b""
             view.release()
@@ -929,17 +934,35 @@ class LoopConnection(asyncio.Protocol):
         else:
             srv.warn("reply_stall_window", "reset a reply to {}: no HTTP/2 window granted for {} s "
                      "([grpc_loop_config] reply_stall_timeout_sec)", self.peer, srv.reply_stall_s)
-            if self.transport is not None and not self.closed:
-                self.transport.write(_frame(RST_STREAM, 0, stream.id, _U32.pack(CANCEL)))
+            if not self.closed:
+                self._send((_frame(RST_STREAM, 0, stream.id, _U32.pack(CANCEL)),))
             self._drop(stream, cancel_task=False)
         raise ConnectionError("the client took no reply bytes for reply_stall_timeout_sec")
 
     def _write_parts(self, parts: list[bytes | memoryview]) -> None:
-        if self.transport is not None and not self.closed:
-            if len(parts) <= 5 and sum(len(p) for p in parts) <= 256 << 10:
-                self.transport.write(b"".join(parts))
-            else:
-                self.transport.writelines(parts)
+        if not self.closed:
+            self._send(parts)
+
+    def _send(self, parts: list[bytes | memoryview] | tuple[bytes, ...]) -> None:
+        """Queue frames for the socket; the first of a loop turn schedules ``_flush`` at its end."""
+        if self.transport is None:
+            return
+        if not self._out:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._out += parts
+        self._out_bytes += sum(map(len, parts))
+
+    def _flush(self) -> None:
+        """Write what this loop turn sent, in one call (small frames joined, a large reply's views as they are)."""
+        out, self._out = self._out, []
+        size, self._out_bytes = self._out_bytes, 0
+        t = self.transport
+        if not out or t is None or t.is_closing():
+            return
+        if size <= 256 << 10:
+            t.write(out[0] if len(out) == 1 else b"".join(out))
+        else:
+            t.writelines(out)
 
     def _end(self, stream: _Stream, status: int, message: str = "") -> None:
         """Trailers (or trailers-only), then the stream is done for us."""
@@ -953,7 +976,7 @@ class LoopConnection(asyncio.Protocol):
             frames = _frame(HEADERS, END_HEADERS | END_STREAM, stream.id, block)
             if not stream.closed_remote:  # the client is still sending: it need not (RFC 9113 §8.1)
                 frames += _frame(RST_STREAM, 0, stream.id, _U32.pack(NO_ERROR))
-            self.transport.write(frames)
+            self._send((frames,))
         self._drop(stream, cancel_task=False)
 
     def _answer_early(self, stream: _Stream, status: int, message: str, out: list[bytes],
@@ -1023,8 +1046,7 @@ class LoopConnection(asyncio.Protocol):
             if stream.task is None and not stream.closed_remote and now - max(stream.progress, self.budget_mark) > limit:
                 srv.warn("stream_timeout", "reset a request of {} whose body stopped arriving for {} s "
                          "([grpc_loop_config] frame_read_timeout_sec)", self.peer, limit)
-                if self.transport is not None:
-                    self.transport.write(_frame(RST_STREAM, 0, stream.id, _U32.pack(CANCEL)))
+                self._send((_frame(RST_STREAM, 0, stream.id, _U32.pack(CANCEL)),))
                 self._drop(stream, cancel_task=True)
         if self.idle_since is not None and not self.streams and now - self.idle_since > srv.idle_timeout_s:
             self.goaway(NO_ERROR, "idle")
@@ -1039,7 +1061,7 @@ class LoopConnection(asyncio.Protocol):
             self.server.warn(f"goaway:{code}", "closing the connection of {}: {} (HTTP/2 error {})",
                              self.peer, reason, code)
         debug = reason.encode("utf-8", "replace")[:256]
-        self.transport.write(_frame(GOAWAY, 0, 0, _U32.pack(self.last_stream_id) + _U32.pack(code) + debug))
+        self._send((_frame(GOAWAY, 0, 0, _U32.pack(self.last_stream_id) + _U32.pack(code) + debug),))
 
     def close(self, reason: str) -> None:
         if self.closed:
@@ -1049,4 +1071,5 @@ class LoopConnection(asyncio.Protocol):
         for stream in list(self.streams.values()):
             self._drop(stream, cancel_task=True)
         if self.transport is not None:
+            self._flush()  # what was sent before the close (a GOAWAY) goes first
             self.transport.close()
