@@ -56,7 +56,7 @@ import asyncio
 import struct
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +64,7 @@ from loguru import logger
 
 from riffle_actors.log import RateLimitedLog
 from riffle_actors.protocol.header_block import HeaderBlockError, HeaderDecoder, HeaderListTooLarge
+from riffle_actors.transport.conn_ticker import ConnectionTicker
 from riffle_actors.transport.listen import create_tcp_server
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -258,9 +259,8 @@ class LoopGrpcServer:
         self.refused_streams = 0
         self.stalled_replies = 0  # replies given up after reply_stall_s (tests, logs)
         self.log_limiter = RateLimitedLog(10.0)
-        self._tick_s = max(0.05, min(MAX_TICK_S, frame_timeout_s / 4, idle_timeout_s / 4))
-        self._ticker: asyncio.Task | None = None
-        self._connected = asyncio.Event()
+        self._ticker = ConnectionTicker(self.connections, max(0.05, min(MAX_TICK_S, frame_timeout_s / 4,
+                                                                       idle_timeout_s / 4)), "grpc-loop-timeouts")
         self._server: asyncio.AbstractServer | None = None
         self._stopping = False
         self.port = 0
@@ -273,7 +273,7 @@ class LoopGrpcServer:
     async def start(self, host: str, port: int, *, keys: str = "grpc_port / grpc_bind_address") -> int:
         self._server, self.port = await create_tcp_server(
             lambda: LoopConnection(self), what="gRPC", keys=keys, host=host, port=port)
-        self._ticker = asyncio.get_running_loop().create_task(self._tick_loop(), name="grpc-loop-timeouts")
+        self._ticker.start()
         return self.port
 
     async def stop(self, grace_s: float = 5.0) -> None:
@@ -290,22 +290,10 @@ class LoopGrpcServer:
             await asyncio.wait(tasks, timeout=grace_s)
         for conn in list(self.connections):
             conn.close("stopped")
-        if self._ticker is not None:
-            self._ticker.cancel()
-            self._ticker = None
+        self._ticker.stop()
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
-
-    async def _tick_loop(self) -> None:
-        while True:
-            if not self.connections:
-                self._connected.clear()
-                await self._connected.wait()
-            await asyncio.sleep(self._tick_s)
-            now = time.monotonic()
-            for conn in list(self.connections):
-                conn.tick(now)
 
     def warn(self, key: str, text: str, *args: object) -> None:
         ok, suppressed = self.log_limiter.should_log(key)
@@ -330,7 +318,7 @@ class LoopGrpcServer:
             return False
         self._per_address[conn.address] = here + 1
         self.connections.add(conn)
-        self._connected.set()
+        self._ticker.connected()
         return True
 
     def forget(self, conn: LoopConnection) -> None:
@@ -943,13 +931,13 @@ class LoopConnection(asyncio.Protocol):
         if not self.closed:
             self._send(parts)
 
-    def _send(self, parts: list[bytes | memoryview] | tuple[bytes, ...]) -> None:
+    def _send(self, parts: Sequence[bytes | memoryview]) -> None:
         """Queue frames for the socket; the first of a loop turn schedules ``_flush`` at its end."""
         if self.transport is None:
             return
         if not self._out:
             asyncio.get_running_loop().call_soon(self._flush)
-        self._out += parts
+        self._out.extend(parts)
         self._out_bytes += sum(map(len, parts))
 
     def _flush(self) -> None:

@@ -110,6 +110,7 @@ from riffle_actors.protocol.urpc import (
     peek_request_id,
 )
 from riffle_actors.service import ShuffleService
+from riffle_actors.transport.conn_ticker import ConnectionTicker
 from riffle_actors.transport.decode import decode_task_filter
 from riffle_actors.transport.listen import create_tcp_server
 from riffle_actors.transport.reply_budget import ReplyBudget
@@ -211,14 +212,14 @@ class UrpcServer:
         self.frame_min_rate = frame_min_rate
         self.max_reply_bytes_per_connection = max_reply_bytes_per_connection
         self.replies = replies if replies is not None else ReplyBudget(1 << 30, 10.0)
-        self._tick_s = max(0.05, min(MAX_TICK_S, idle_timeout_s / 4, frame_timeout_s / 4, sendfile_stall_s / 4))
-        self._ticker: asyncio.Task | None = None
-        self._connected = asyncio.Event()  # the ticker sleeps on it while there is no connection (idle is free)
         self.closed_by: dict[str, int] = {}  # connections this server closed, by reason (tests, /metrics)
         self.sendfile_replies = 0  # replies sent with sendfile / read into memory (for tests and benchmarks)
         self.copied_replies = 0
         self._send_pool: ThreadPoolExecutor | None = None
         self.connections: set[UrpcConnection] = set()
+        # each connection's timeouts and reply accounting; it sleeps while there is no connection (idle is free)
+        self._ticker = ConnectionTicker(self.connections, max(0.05, min(
+            MAX_TICK_S, idle_timeout_s / 4, frame_timeout_s / 4, sendfile_stall_s / 4)), "urpc-timeouts")
         self.inflight_bytes = 0
         # idle receive buffers: counted with inflight_bytes against max_inflight_bytes (see reserve)
         self.pool = RecvPool(min(RECV_POOL_MAX_BYTES, max_inflight_bytes // 2))
@@ -232,28 +233,14 @@ class UrpcServer:
     async def start(self, host: str, port: int) -> int:
         self._server, self.port = await create_tcp_server(
             lambda: UrpcConnection(self), what="urpc", keys="urpc_port / urpc_bind_address", host=host, port=port)
-        self._ticker = asyncio.get_running_loop().create_task(self._tick_loop(), name="urpc-timeouts")
+        self._ticker.start()
         return self.port
-
-    async def _tick_loop(self) -> None:
-        """Every tick: each connection's timeouts (partial frame, idle, write stall) and reply accounting.
-        Without connections it waits for the next one instead of ticking."""
-        while True:
-            if not self.connections:
-                self._connected.clear()
-                await self._connected.wait()
-            await asyncio.sleep(self._tick_s)
-            now = time.monotonic()
-            for conn in list(self.connections):
-                conn.tick(now)
 
     async def stop(self, grace_s: float = 5.0) -> None:
         """Stop accepting, let requests in progress finish within ``grace_s``, then close every connection."""
         if self._server is not None:
             self._server.close()
-        if self._ticker is not None:
-            self._ticker.cancel()
-            self._ticker = None
+        self._ticker.stop()
         tasks = [t for c in self.connections for t in c.tasks]
         if tasks:
             await asyncio.wait(tasks, timeout=grace_s)
@@ -321,7 +308,7 @@ class UrpcServer:
             return False
         self._per_address[address] = open_here + 1
         self.connections.add(conn)
-        self._connected.set()
+        self._ticker.connected()
         return True
 
     def forget(self, conn: UrpcConnection) -> None:
