@@ -231,8 +231,9 @@ class _RiffleNamesCollector:
             _add(urpc_total, [rpc], calls)
         yield from (grpc_total, urpc_total)
         yield _counter("total_require_buffer_failed", "requireBuffer refusals", require_failed)
+        rpc_series = _histogram_series(m.rpc_seconds, "rpc")  # read once, for the 7 families made of it
         yield _histogram_as(m.rpc_seconds, "grpc_duration_seconds", "gRPC latency", "rpc", "path",
-                            lambda rpc: None if rpc.startswith("urpc:") else _GRPC_SERVICE + rpc)
+                            lambda rpc: None if rpc.startswith("urpc:") else _GRPC_SERVICE + rpc, rpc_series)
 
         spills = {labels["disk"]: value for labels, value in _samples(m.spill_total)}
         spilled = {labels["disk"]: value for labels, value in _samples(m.spill_bytes)}
@@ -262,17 +263,15 @@ class _RiffleNamesCollector:
         yield _counter("total_memory_used", "bytes put into memory", sum(v for _l, v in _samples(m.received_bytes)))
         for name, rpc in _RPC_TIMES:
             yield _histogram_as(m.rpc_seconds, name, f"time to process {rpc}", "rpc", None,
-                                lambda label, rpc=rpc: "" if label == rpc else None)
+                                lambda label, rpc=rpc: "" if label == rpc else None, rpc_series)
 
 
 _HDFS_DISK_LABEL = "hdfs"  # the ``disk`` label of spills to HDFS (``state.tier_policy.Tier.HDFS``)
 
 
-def _histogram_as(metric, name: str, doc: str, label: str | None, new_label: str | None, rename):
-    """``metric`` (a prometheus_client Histogram) under another name, its ``label`` renamed to
-    ``new_label`` with values mapped by ``rename`` (None drops the series)."""
-    out = HistogramMetricFamily(name, doc, labels=[new_label] if new_label else None)
-    # (with new_label None, rename picks the one series kept, answering "" for it)
+def _histogram_series(metric, label: str | None) -> dict[str, dict]:
+    """The series of ``metric`` (a prometheus_client Histogram with at most the one label ``label``):
+    label value ("" without it) -> its cumulative ``buckets`` [(le, count)] and ``sum``."""
     series: dict[str, dict] = {}
     for family in metric.collect():
         for sample in family.samples:
@@ -282,6 +281,18 @@ def _histogram_as(metric, name: str, doc: str, label: str | None, new_label: str
                 entry["buckets"].append((sample.labels["le"], sample.value))
             elif sample.name.endswith("_sum"):
                 entry["sum"] = sample.value
+    return series
+
+
+def _histogram_as(metric, name: str, doc: str, label: str | None, new_label: str | None, rename,
+                  series: dict[str, dict] | None = None):
+    """``metric`` (a prometheus_client Histogram) under another name, its ``label`` renamed to
+    ``new_label`` with values mapped by ``rename`` (None drops the series); ``series``: its
+    ``_histogram_series``, when the caller read it already for another family."""
+    out = HistogramMetricFamily(name, doc, labels=[new_label] if new_label else None)
+    # (with new_label None, rename picks the one series kept, answering "" for it)
+    if series is None:
+        series = _histogram_series(metric, label)
     kept = 0
     for key, entry in sorted(series.items()):
         value = rename(key) if rename is not None else key
