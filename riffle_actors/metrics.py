@@ -14,8 +14,9 @@ Names follow ``riffle_<subsystem>_<thing>_<unit>``; labels are a small fixed set
 from __future__ import annotations
 
 import asyncio
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
@@ -267,6 +268,72 @@ class _RiffleNamesCollector:
 
 
 _HDFS_DISK_LABEL = "hdfs"  # the ``disk`` label of spills to HDFS (``state.tier_policy.Tier.HDFS``)
+
+_LEGACY_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LEGACY_LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+_TYPES = {"counter": "counter", "gauge": "gauge", "histogram": "histogram", "summary": "summary",
+          "info": "gauge", "stateset": "gauge", "gaugehistogram": "histogram", "unknown": "untyped"}
+_OM_SUFFIXES = ("_created", "_gsum", "_gcount")
+
+
+class _NotLegacy(Exception):
+    """A name outside the legacy character set: prometheus_client's renderer escapes it."""
+
+
+def _value_text(v: str) -> str:
+    if "\\" in v or "\n" in v or '"' in v:
+        return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    return v
+
+
+def render_text(families: Iterable[Metric], registry: CollectorRegistry) -> bytes:
+    """The Prometheus text format (0.0.4) of ``families`` (``registry.collect()``): what
+    ``prometheus_client.generate_latest(registry)`` writes, byte for byte (a test compares them), for
+    about a third less CPU: names are checked once per family, label set and sample name instead of
+    escaped per sample, and label values are escaped only when they hold one of the three characters. A metric or
+    label name outside the legacy character set falls back to ``generate_latest`` for the whole page."""
+    out: list[str] = []
+    add = out.append
+    labels_seen: dict[tuple[str, ...], None] = {}
+    names_seen: dict[str, None] = {}
+    try:
+        for metric in families:
+            name, mtype = metric.name, metric.type
+            if _LEGACY_NAME.fullmatch(name) is None:
+                raise _NotLegacy(name)
+            shown = name + "_total" if mtype == "counter" else name + "_info" if mtype == "info" else name
+            doc = metric.documentation.replace("\\", "\\\\").replace("\n", "\\n")
+            add(f"# HELP {shown} {doc}\n# TYPE {shown} {_TYPES.get(mtype, mtype)}\n")
+            om: dict[str, list[str]] = {}
+            for sample in metric.samples:
+                labels = sample.labels
+                if labels:
+                    keys = tuple(labels)
+                    if keys not in labels_seen:
+                        if any(_LEGACY_LABEL.fullmatch(k) is None for k in keys):
+                            raise _NotLegacy(str(keys))
+                        labels_seen[keys] = None
+                    text = ",".join([f'{k}="{_value_text(v)}"' for k, v in sorted(labels.items())])
+                    line = f"{sample.name}{{{text}}} {floatToGoString(sample.value)}"
+                else:
+                    line = f"{sample.name} {floatToGoString(sample.value)}"
+                if sample.timestamp is not None:
+                    line += f" {int(float(sample.timestamp) * 1000):d}"
+                if sample.name not in names_seen:
+                    if _LEGACY_NAME.fullmatch(sample.name) is None:
+                        raise _NotLegacy(sample.name)
+                    names_seen[sample.name] = None
+                suffix = sample.name[len(name):] if sample.name.startswith(name) else ""
+                if suffix in _OM_SUFFIXES:
+                    om.setdefault(suffix, []).append(line + "\n")
+                else:
+                    add(line + "\n")
+            for suffix, lines in sorted(om.items()):
+                add(f"# HELP {name}{suffix} {doc}\n# TYPE {name}{suffix} gauge\n")
+                out.extend(lines)
+    except _NotLegacy:
+        return generate_latest(registry)
+    return "".join(out).encode("utf-8")
 
 
 def _histogram_series(metric, label: str | None) -> dict[str, dict]:
@@ -568,7 +635,7 @@ class Metrics:
         self.spill_tier_choices.labels(tier, reason).inc()
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        return render_text(self.registry.collect(), self.registry)
 
     async def render_off_loop(self) -> bytes:
         """``render`` in the loop's default executor: the text of every series is Python work (8 ms
