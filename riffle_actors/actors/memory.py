@@ -6,8 +6,8 @@ is its one owner: it routes each message to the ledger and carries out what come
 ``SpillRound`` becomes a ``SpillLargest`` told to the AppManager, one round at a time).
 requireBuffer reserves bytes and issues a one-shot ticket (``RequireBuffer``, forwarded by the
 AppActor after its checks: one ask per requireBuffer); sendShuffleData takes the ticket
-(``TakeTicket``, refused when the send needs more than it reserved) and is handed on to its AppActor
-in the same step (one ask per send), and its ``SendTicket``
+(``TakeTicket``, refused when the send needs more than it reserved), which hands the send on to its
+AppActor in the same step (one ask per send); its ``SendTicket``
 (``riffle_actors.state.send``) turns the reservation into used bytes once the blocks are in partition
 buffers (``CommitTicket``). Tickets not used in time are released by ``ExpireTickets`` (told by the
 timer). With ``[hybrid_store] sensitive_watermark_spill_enable`` (Riffle's "sensitive" mode) the
