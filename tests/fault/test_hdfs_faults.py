@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import threading
+from io import RawIOBase
 
 import pytest
 
@@ -151,6 +152,16 @@ async def test_every_local_disk_quarantined_spills_continue_to_hdfs(tmp_path, hd
         assert n_local > 0 and n_hdfs > 0 and n_local + n_hdfs == len(written)
 
 
+def seam_server(tmp_path, remote, io, write_timeout_s):
+    """A server spilling everything to HDFS through the IO seam ``io``, one file pair per partition."""
+    cfg = fault_config(tmp_path, store_type="MEMORY_LOCALFILE_HDFS",
+                       hybrid_store={"memory_single_buffer_max_spill_size": "128K",
+                                     "memory_spill_to_cold_threshold_size": 0},
+                       hdfs_store={"write_timeout_sec": write_timeout_s, "unhealthy_retry_interval_sec": 0,
+                                   "partition_write_max_concurrency": 1, "remote_storage": [{"path": remote}]})
+    return ShuffleServer(cfg, hdfs_io=io)
+
+
 class StuckOnceHdfsIO(HdfsIO):
     """The first append after ``arm()`` blocks until ``release()`` (a stuck HDFS call)."""
 
@@ -178,12 +189,7 @@ class StuckOnceHdfsIO(HdfsIO):
 async def test_stuck_or_crashed_writer_loses_nothing_and_is_restarted(tmp_path, hdfs):
     remote = f"{hdfs.url}/rss"
     io = StuckOnceHdfsIO()
-    cfg = fault_config(tmp_path, store_type="MEMORY_LOCALFILE_HDFS",
-                       hybrid_store={"memory_single_buffer_max_spill_size": "128K",
-                                     "memory_spill_to_cold_threshold_size": 0},
-                       hdfs_store={"write_timeout_sec": 8, "unhealthy_retry_interval_sec": 0,
-                                   "partition_write_max_concurrency": 1, "remote_storage": [{"path": remote}]})
-    srv = ShuffleServer(cfg, hdfs_io=io)
+    srv = seam_server(tmp_path, remote, io, write_timeout_s=8)
     await srv.start()
     written = []
     try:
@@ -249,8 +255,7 @@ class LateReopenHdfsIO(HdfsIO):
         w = client.append(pair.data)
         for chunk in data:
             w.write(chunk)
-        import io as _io
-        _io.RawIOBase.close(w)  # abandoned without closing it on the NameNode
+        RawIOBase.close(w)  # abandoned without closing it on the NameNode
         self.left_open.set()
         raise OSError("the pipeline failed before the file was closed")
 
@@ -260,12 +265,7 @@ async def test_timed_out_write_that_reopens_its_file_later_is_recovered_after_it
     so no file is left open (hiding the bytes acknowledged in it) once recovery reports nothing pending."""
     remote = f"{hdfs.url}/rss"
     io = LateReopenHdfsIO()
-    cfg = fault_config(tmp_path, store_type="MEMORY_LOCALFILE_HDFS",
-                       hybrid_store={"memory_single_buffer_max_spill_size": "128K",
-                                     "memory_spill_to_cold_threshold_size": 0},
-                       hdfs_store={"write_timeout_sec": 3, "unhealthy_retry_interval_sec": 0,
-                                   "partition_write_max_concurrency": 1, "remote_storage": [{"path": remote}]})
-    srv = ShuffleServer(cfg, hdfs_io=io)
+    srv = seam_server(tmp_path, remote, io, write_timeout_s=3)
     await srv.start()
     written = []
     try:
@@ -319,12 +319,7 @@ class ShortAfterRecoveryHdfsIO(HdfsIO):
 async def test_acknowledged_bytes_missing_after_lease_recovery_are_counted(tmp_path, hdfs):
     remote = f"{hdfs.url}/rss"
     io = ShortAfterRecoveryHdfsIO()
-    cfg = fault_config(tmp_path, store_type="MEMORY_LOCALFILE_HDFS",
-                       hybrid_store={"memory_single_buffer_max_spill_size": "128K",
-                                     "memory_spill_to_cold_threshold_size": 0},
-                       hdfs_store={"write_timeout_sec": 10, "unhealthy_retry_interval_sec": 0,
-                                   "partition_write_max_concurrency": 1, "remote_storage": [{"path": remote}]})
-    srv = ShuffleServer(cfg, hdfs_io=io)
+    srv = seam_server(tmp_path, remote, io, write_timeout_s=10)
     await srv.start()
     try:
         async with UniffleClient(f"127.0.0.1:{srv.grpc_port}") as client:
